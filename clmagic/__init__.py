@@ -1,0 +1,81 @@
+"""clmagic: ``%%clkernel`` for Jupyter, with a persistent, inspectable OpenCL binary cache.
+
+Library use, no IPython needed::
+
+    import clmagic
+    result = clmagic.build(source, options="-O3", device="pocl")
+    result.outcome, result.ms, result.kernels["saxpy"]
+"""
+
+from __future__ import annotations
+
+from .compiler import BuildResult, Compiler
+from .config import Settings
+from .devices import DeviceInfo, list_devices, resolve_device
+from .entry import Entry
+from .errors import BuildError, ClmagicError, CorruptEntry, DeviceError, OptionsError
+from .records import Outcome
+from .store import DirectoryStore, Store, open_store
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "build",
+    "get_compiler",
+    "reset",
+    "Compiler",
+    "BuildResult",
+    "Settings",
+    "DeviceInfo",
+    "list_devices",
+    "resolve_device",
+    "Entry",
+    "Outcome",
+    "Store",
+    "DirectoryStore",
+    "open_store",
+    "ClmagicError",
+    "BuildError",
+    "DeviceError",
+    "OptionsError",
+    "CorruptEntry",
+    "load_ipython_extension",
+    "unload_ipython_extension",
+]
+
+_compiler: Compiler | None = None
+
+
+def get_compiler() -> Compiler:
+    """The process-wide compiler (settings read from the environment on first use)."""
+    global _compiler
+    if _compiler is None:
+        _compiler = Compiler()
+    return _compiler
+
+
+def reset(settings: Settings | None = None) -> Compiler:
+    """Start over: a new process-wide compiler, e.g. after changing ``CLMAGIC_*`` variables."""
+    global _compiler
+    _compiler = Compiler(settings)
+    return _compiler
+
+
+def build(source: str, options: str | list[str] | None = None, device: object = None,
+          **kwargs) -> BuildResult:
+    """Build OpenCL C ``source`` through the cache; see :meth:`Compiler.build`."""
+    return get_compiler().build(source, options, device, **kwargs)
+
+
+def load_ipython_extension(ip) -> None:
+    """``%load_ext clmagic``: register the magics (configurable with ``%config CLMagics``)."""
+    from .magics import CLMagics
+
+    magics = CLMagics(shell=ip)
+    ip.register_magics(magics)
+    if magics not in ip.configurables:
+        ip.configurables.append(magics)
+
+
+def unload_ipython_extension(ip) -> None:
+    """``%unload_ext clmagic``: nothing to tear down; kept for symmetry."""

@@ -1,0 +1,252 @@
+"""The build trip: memory → store → driver, and the result it hands back."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import pyopencl as cl
+
+from . import devices as _devices
+from .config import Settings, warn_once
+from .devices import DeviceInfo
+from .entry import Entry
+from .errors import BuildError, ClmagicError, CorruptEntry
+from .key import cache_key
+from .options import BuildOptions, parse_options
+from .records import History, Outcome, Record, now
+from .store import Store, open_store
+
+__all__ = ["Compiler", "BuildResult"]
+
+_DEFAULT_STORE = object()
+
+
+@dataclass
+class BuildResult:
+    """What one build trip produced: the program, its kernels, and how it was obtained."""
+
+    program: cl.Program
+    kernels: dict[str, cl.Kernel]
+    outcome: str
+    ms: float
+    build_ms: float
+    key: str
+    device: DeviceInfo
+    options: BuildOptions
+    context: cl.Context
+    queue: cl.CommandQueue
+    saved: bool = False
+    note: str = ""
+    build_log: str = ""
+    record: Record | None = field(default=None, repr=False)
+
+    @property
+    def saved_ms(self) -> float:
+        """Driver build time this trip avoided."""
+        return self.record.saved_ms if self.record else 0.0
+
+    def __getitem__(self, name: str) -> cl.Kernel:
+        return self.kernels[name]
+
+    def summary(self) -> str:
+        """The one-line report, as plain text."""
+        from .report import result_text
+
+        return result_text(self)
+
+    def __repr__(self) -> str:
+        return self.summary()
+
+    def _repr_html_(self) -> str:
+        from .report import result_html
+
+        return result_html(self)
+
+
+@dataclass
+class _Loaded:
+    program: cl.Program
+    kernels: dict[str, cl.Kernel]
+    context: cl.Context
+    build_ms: float
+    build_log: str
+
+
+class Compiler:
+    """Builds OpenCL programs through an in-memory cache and a persistent store.
+
+    ``Compiler()`` reads its settings from the environment; pass ``settings`` or ``store`` to
+    choose explicitly (``store=None`` keeps programs in memory only).
+    """
+
+    def __init__(self, settings: Settings | None = None, store: Store | None | object = _DEFAULT_STORE):
+        self.settings = settings or Settings.from_env()
+        self.store: Store | None = (
+            open_store(self.settings.cache) if store is _DEFAULT_STORE else store  # type: ignore[assignment]
+        )
+        self.history = History(debug=self.settings.debug, keep_source=self.settings.record == "full")
+        self.device_spec: str | None = self.settings.device
+        self._memory: dict[tuple[str, str], _Loaded] = {}
+
+    # -- device -------------------------------------------------------------------------------
+
+    def resolve(self, device: object = None) -> tuple[DeviceInfo, cl.Device]:
+        """The device for a build: ``device`` if given, else the selected/default device."""
+        if device is None or device == "":
+            return _devices.default_device(self.device_spec)
+        return _devices.resolve_device(device)  # type: ignore[arg-type]
+
+    def select_device(self, spec: object) -> DeviceInfo:
+        """Make ``spec`` the device for the following builds; drops in-memory programs of the
+        previous device (as an environment switch should)."""
+        old = self.resolve()[0]
+        info, _ = _devices.resolve_device(spec)  # type: ignore[arg-type]
+        self.device_spec = info.spec
+        if old.fingerprint != info.fingerprint:
+            self.forget(old.fingerprint)
+        return info
+
+    def forget(self, fingerprint: str | None = None, key: str | None = None) -> int:
+        """Drop in-memory programs (all, of one device, or one key); returns how many."""
+        doomed = [
+            k for k in self._memory
+            if (fingerprint is None or k[0] == fingerprint) and (key is None or k[1] == key)
+        ]
+        for k in doomed:
+            del self._memory[k]
+        return len(doomed)
+
+    # -- the trip -----------------------------------------------------------------------------
+
+    def build(
+        self,
+        source: str,
+        options: str | list[str] | None = None,
+        device: object = None,
+        *,
+        context: cl.Context | None = None,
+        use_cache: bool = True,
+        line_offset: int = 0,
+    ) -> BuildResult:
+        """Build ``source`` for one device, through the caches.
+
+        ``line_offset`` shifts line numbers in a build log (the magic passes 1 so they match
+        the cell). Raises :class:`BuildError` with the driver's log when the build fails.
+        """
+        if not source.strip():
+            raise ClmagicError("empty source: nothing to compile")
+        opts = parse_options(options)
+        if context is not None:
+            info = _devices.adopt_context(context)
+            if info is None:
+                raise ClmagicError("clmagic needs a single-device context")
+            dev = context.devices[0]
+        else:
+            info, dev = self.resolve(device)
+        ctx, queue = _devices.context_for(info, dev)
+        t0 = time.perf_counter()  # the trip, not the one-time context creation
+        src = source.encode("utf-8")
+        key = cache_key(src, opts.effective, info)
+
+        def finish(outcome: str, loaded: _Loaded, saved: bool = False, note: str = "") -> BuildResult:
+            ms = (time.perf_counter() - t0) * 1000
+            rec = Record(
+                time=now(), outcome=outcome, kernels=list(loaded.kernels), ms=ms,
+                build_ms=loaded.build_ms, device=info.label, fingerprint=info.fingerprint,
+                key=key, options=opts.effective, preview=_preview(source), source=source,
+                saved_to_store=saved, note=note,
+            )
+            self.history.add(rec)
+            return BuildResult(
+                program=loaded.program, kernels=loaded.kernels, outcome=outcome, ms=ms,
+                build_ms=loaded.build_ms, key=key, device=info, options=opts, context=ctx,
+                queue=queue, saved=saved, note=note, build_log=loaded.build_log, record=rec,
+            )
+
+        if not use_cache:
+            loaded = self._compile(ctx, dev, info, source, opts, line_offset)
+            return finish(Outcome.BYPASS, loaded, note="cache bypassed")
+
+        mem = self._memory.get((info.fingerprint, key))
+        if mem is not None and mem.context == ctx:
+            return finish(Outcome.MEMORY, mem, note="memory")
+
+        outcome = Outcome.MISS
+        if self.store is not None:
+            try:
+                entry = self.store.get(info.fingerprint, key)
+                if entry is not None:
+                    loaded = self._load(ctx, dev, entry, opts)
+                    self._memory[(info.fingerprint, key)] = loaded
+                    return finish(Outcome.HIT, loaded, note=f"from {self.store.kind} cache")
+            except CorruptEntry as exc:
+                outcome = Outcome.CORRUPT
+                warn_once(f"cache entry {key[:12]} is damaged ({exc}); rebuilding it")
+                self.history.event("CORRUPT", key, [], detail=str(exc))
+                self.store.delete(info.fingerprint, key)
+
+        loaded = self._compile(ctx, dev, info, source, opts, line_offset)
+        self._memory[(info.fingerprint, key)] = loaded
+        saved, note = False, "cache off (memory only)"
+        if self.store is not None:
+            binary = _binary_of(loaded.program, dev)
+            entry = Entry.create(
+                key, info.fingerprint, binary,
+                kernels=list(loaded.kernels), options=opts.effective, device=info.device_name,
+                platform=info.platform_name, driver=info.driver_version,
+                device_version=info.device_version, platform_version=info.platform_version,
+                source_bytes=len(src), build_ms=round(loaded.build_ms, 3), created=time.time(),
+                build_log=loaded.build_log,
+            )
+            saved = self.store.put(entry)
+            note = "saved" if saved else f"not saved ({self.store.reason or 'store refused it'})"
+        return finish(outcome, loaded, saved=saved, note=note)
+
+    def _compile(self, ctx, dev, info: DeviceInfo, source: str, opts: BuildOptions,
+                 line_offset: int) -> _Loaded:
+        prg = cl._cl._Program(ctx, source)
+        t = time.perf_counter()
+        try:
+            prg._build(options=opts.effective.encode(), devices=[dev])
+        except cl.Error as exc:
+            log = _log_of(prg, dev) or str(exc)
+            raise BuildError(log, options=opts.effective, device=info.label,
+                             line_offset=line_offset) from None
+        build_ms = (time.perf_counter() - t) * 1000
+        return _loaded(ctx, prg, build_ms, _log_of(prg, dev))
+
+    def _load(self, ctx, dev, entry: Entry, opts: BuildOptions) -> _Loaded:
+        try:
+            prg = cl._cl._Program(ctx, [dev], [entry.binary])
+            prg._build(options=opts.effective.encode(), devices=[dev])
+            return _loaded(ctx, prg, entry.build_ms, entry.meta.get("build_log", ""))
+        except cl.Error as exc:
+            raise CorruptEntry(f"the driver refused the stored binary: {exc}") from None
+
+
+def _loaded(ctx, prg, build_ms: float, log: str) -> _Loaded:
+    program = cl.Program(prg)
+    kernels = {k.function_name: k for k in prg.all_kernels()}
+    return _Loaded(program, kernels, ctx, build_ms, (log or "").strip())
+
+
+def _log_of(prg, dev) -> str:
+    try:
+        return str(prg.get_build_info(dev, cl.program_build_info.LOG) or "").strip()
+    except cl.Error:
+        return ""
+
+
+def _binary_of(program: cl.Program, dev: cl.Device) -> bytes:
+    devs = program.get_info(cl.program_info.DEVICES)
+    binaries = program.get_info(cl.program_info.BINARIES)
+    return bytes(binaries[devs.index(dev)])
+
+
+def _preview(source: str, width: int = 60) -> str:
+    for line in source.splitlines():
+        line = line.strip()
+        if line and not line.startswith(("//", "/*", "*", "#")):
+            return line[:width]
+    return source.strip()[:width]

@@ -1,0 +1,75 @@
+"""Environment variables turned into one settings object, and the warn-once channel."""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = ["Settings", "default_cache_dir", "warn_once", "reset_warnings"]
+
+_OFF = {"0", "off", "none", "disable", "disabled", "false", "no"}
+_DEFAULT = {"", "1", "default", "on", "true", "yes"}
+_TRUE = {"1", "true", "yes", "on"}
+
+_warned: set[str] = set()
+
+
+def default_cache_dir() -> Path:
+    """The per-user cache folder of the platform (``platformdirs.user_cache_dir``)."""
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("clmagic", appauthor=False)) / "programs"
+
+
+def warn_once(message: str) -> None:
+    """Print ``clmagic: warning: <message>`` to stderr, once per process and message."""
+    if message in _warned:
+        return
+    _warned.add(message)
+    print(f"clmagic: warning: {message}", file=sys.stderr)
+
+
+def reset_warnings() -> None:
+    """Forget which warnings were shown (tests, or a new settings object)."""
+    _warned.clear()
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything clmagic reads from the environment, read once.
+
+    ``cache`` is the raw store location: a folder path, or ``None`` for memory only.
+    """
+
+    cache: str | None
+    debug: bool = False
+    record: str = "default"
+    device: str | None = None
+    env: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_env(cls, environ: dict[str, str] | None = None) -> Settings:
+        """Build settings from ``environ`` (default: ``os.environ``).
+
+        ``CLMAGIC_CACHE_DIR``: unset, empty, ``1`` or ``default`` → the platform cache folder;
+        ``0``/``off``/``none``/``disable``/``disabled`` → memory only; anything else → that path.
+        ``CLMAGIC_CACHE_DEBUG=1`` prints one line per cache event. ``CLMAGIC_RECORD=full`` keeps
+        the source of each build in the history. ``CLMAGIC_DEVICE`` (else ``PYOPENCL_CTX``) picks
+        the default device.
+        """
+        env = dict(os.environ if environ is None else environ)
+        raw = env.get("CLMAGIC_CACHE_DIR")
+        value = (raw or "").strip()
+        if value.lower() in _OFF:
+            cache = None
+        elif value.lower() in _DEFAULT:
+            cache = str(default_cache_dir())
+        else:
+            cache = str(Path(value).expanduser())
+        debug = env.get("CLMAGIC_CACHE_DEBUG", "").strip().lower() in _TRUE
+        record = env.get("CLMAGIC_RECORD", "default").strip().lower() or "default"
+        device = env.get("CLMAGIC_DEVICE") or env.get("PYOPENCL_CTX") or None
+        shown = {k: v for k, v in env.items() if k.startswith(("CLMAGIC_", "PYOPENCL_", "POCL_"))}
+        return cls(cache=cache, debug=debug, record=record, device=device, env=shown)

@@ -1,0 +1,209 @@
+"""OpenCL platforms and devices: listing, device specs, identity, one context and queue each."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from functools import lru_cache
+
+import pyopencl as cl
+
+from .errors import DeviceError
+
+__all__ = [
+    "DeviceInfo",
+    "list_devices",
+    "resolve_device",
+    "default_device",
+    "identity",
+    "context_for",
+    "adopt_context",
+    "forget_contexts",
+]
+
+POCL_HINT = (
+    "no OpenCL platform found; install one, e.g. `pip install 'pyopencl[pocl]'` "
+    "(POCL, a CPU driver), or your GPU vendor's OpenCL driver"
+)
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    """What identifies one device for the cache; computed once per device."""
+
+    platform_index: int
+    device_index: int
+    platform_name: str
+    device_name: str
+    driver_version: str
+    device_version: str
+    platform_version: str
+    type: str
+    fingerprint: str
+
+    @property
+    def spec(self) -> str:
+        """The ``P:D`` index spec of this device."""
+        return f"{self.platform_index}:{self.device_index}"
+
+    @property
+    def label(self) -> str:
+        """A short human name such as ``POCL pthread-AMD EPYC``."""
+        plat = "POCL" if "portable computing language" in self.platform_name.lower() else (
+            self.platform_name
+        )
+        return f"{plat} {self.device_name}" if plat not in self.device_name else self.device_name
+
+    def key_fields(self) -> list[str]:
+        """The device fields that enter the cache key, in key order."""
+        return [self.device_name, self.driver_version, self.device_version, self.platform_version]
+
+
+def _clean(s: str) -> str:
+    return s.strip().strip("\x00").strip()
+
+
+def _type_name(t: int) -> str:
+    if t & cl.device_type.GPU and not t & cl.device_type.CPU:
+        return "GPU"
+    if t & cl.device_type.CPU and not t & cl.device_type.GPU:
+        return "CPU"
+    if t & cl.device_type.ACCELERATOR and not t & (cl.device_type.CPU | cl.device_type.GPU):
+        return "ACCELERATOR"
+    return "OTHER"  # claims several types at once, e.g. the Oclgrind simulator
+
+
+def _describe(pi: int, di: int, platform: cl.Platform, device: cl.Device) -> DeviceInfo:
+    fields = dict(
+        platform_name=_clean(platform.name),
+        device_name=_clean(device.name),
+        driver_version=_clean(device.driver_version),
+        device_version=_clean(device.version),
+        platform_version=_clean(platform.version),
+    )
+    digest = hashlib.sha256("\0".join(fields.values()).encode()).hexdigest()[:16]
+    return DeviceInfo(pi, di, type=_type_name(device.type), fingerprint=digest, **fields)
+
+
+@lru_cache(maxsize=1)
+def _inventory() -> tuple[tuple[DeviceInfo, cl.Device], ...]:
+    try:
+        platforms = cl.get_platforms()
+    except cl.Error as exc:  # PLATFORM_NOT_FOUND_KHR when the ICD loader finds nothing
+        raise DeviceError(POCL_HINT) from exc
+    out = []
+    for pi, platform in enumerate(platforms):
+        try:
+            devices = platform.get_devices()
+        except cl.Error:
+            continue
+        for di, device in enumerate(devices):
+            out.append((_describe(pi, di, platform, device), device))
+    if not out:
+        raise DeviceError(POCL_HINT)
+    return tuple(out)
+
+
+def list_devices() -> list[DeviceInfo]:
+    """Every device of every platform, in platform order."""
+    return [info for info, _ in _inventory()]
+
+
+def identity(device: cl.Device) -> DeviceInfo:
+    """The :class:`DeviceInfo` of a pyopencl device (looked up, not recomputed)."""
+    for info, dev in _inventory():
+        if dev == device:
+            return info
+    raise DeviceError(f"device {device.name!r} is not one of this process's OpenCL devices")
+
+
+def _rank(info: DeviceInfo) -> int:
+    return {"GPU": 0, "CPU": 1, "ACCELERATOR": 2}.get(info.type, 3)
+
+
+def default_device(preferred: str | None = None) -> tuple[DeviceInfo, cl.Device]:
+    """The device used when none is asked for.
+
+    ``preferred`` (``CLMAGIC_DEVICE`` or ``PYOPENCL_CTX``) wins; else the first GPU, else the first
+    CPU, else the first device. Devices that claim every type at once (simulators such as
+    Oclgrind) come last, so a real driver is preferred.
+    """
+    if preferred:
+        return resolve_device(preferred)
+    inv = _inventory()
+    return min(inv, key=lambda pair: (_rank(pair[0]), pair[0].platform_index, pair[0].device_index))
+
+
+def resolve_device(spec: str | int | cl.Device | DeviceInfo | None) -> tuple[DeviceInfo, cl.Device]:
+    """Find a device from a spec: ``"P:D"``, ``"P"``, a case-insensitive substring of
+    ``"platform device"``, a fingerprint, a pyopencl device or a :class:`DeviceInfo`."""
+    inv = _inventory()
+    if spec is None:
+        return default_device()
+    if isinstance(spec, cl.Device):
+        return identity(spec), spec
+    if isinstance(spec, DeviceInfo):
+        spec = spec.spec
+    text = str(spec).strip()
+    if not text:
+        raise DeviceError("empty device spec")
+    parts = text.split(":")
+    if len(parts) <= 2 and all(p.strip().isdigit() or p.strip() == "" for p in parts):
+        pi = int(parts[0] or 0)
+        di = int(parts[1]) if len(parts) == 2 and parts[1].strip() else 0
+        for info, dev in inv:
+            if (info.platform_index, info.device_index) == (pi, di):
+                return info, dev
+        raise DeviceError(f"no OpenCL device {pi}:{di}; {_choices(inv)}")
+    needle = text.lower()
+    for info, dev in inv:
+        if info.fingerprint == needle:
+            return info, dev
+    for info, dev in inv:
+        if needle in f"{info.platform_name} {info.device_name}".lower():
+            return info, dev
+    raise DeviceError(f"no OpenCL device matches {text!r}; {_choices(inv)}")
+
+
+def _choices(inv) -> str:
+    return "devices: " + ", ".join(f"{i.spec} {i.platform_name} · {i.device_name}" for i, _ in inv)
+
+
+# -- one context and one queue per device -------------------------------------------------------
+
+_contexts: dict[str, tuple[cl.Context, cl.CommandQueue]] = {}
+
+
+def context_for(info: DeviceInfo, device: cl.Device) -> tuple[cl.Context, cl.CommandQueue]:
+    """The context and queue clmagic keeps for this device (made on first use)."""
+    pair = _contexts.get(info.fingerprint)
+    if pair is None:
+        ctx = cl.Context([device])
+        pair = (ctx, cl.CommandQueue(ctx))
+        _contexts[info.fingerprint] = pair
+    return pair
+
+
+def adopt_context(ctx: cl.Context, queue: cl.CommandQueue | None = None) -> DeviceInfo | None:
+    """Make a user's single-device context the one clmagic uses for that device.
+
+    Returns the device's info, or ``None`` when ``ctx`` is not a single-device context.
+    """
+    devices = ctx.devices
+    if len(devices) != 1:
+        return None
+    info = identity(devices[0])
+    current = _contexts.get(info.fingerprint)
+    if current is not None and current[0] == ctx:
+        if queue is not None and queue.context == ctx and current[1] != queue:
+            _contexts[info.fingerprint] = (ctx, queue)
+        return info
+    if queue is None or queue.context != ctx:
+        queue = cl.CommandQueue(ctx)
+    _contexts[info.fingerprint] = (ctx, queue)
+    return info
+
+
+def forget_contexts() -> None:
+    """Drop every kept context (a fresh start, for tests)."""
+    _contexts.clear()

@@ -1,0 +1,63 @@
+"""clmagic's exceptions. Each renders as a short message in IPython, without a traceback."""
+
+from __future__ import annotations
+
+import re
+
+__all__ = ["ClmagicError", "DeviceError", "OptionsError", "BuildError", "CorruptEntry"]
+
+
+class ClmagicError(Exception):
+    """Base of clmagic's user-facing errors: shown in IPython as one line, no traceback."""
+
+    def _render_traceback_(self) -> list[str]:
+        return [f"clmagic: {type(self).__name__}: {self}"]
+
+
+class DeviceError(ClmagicError):
+    """No OpenCL platform, or no device matches the spec."""
+
+
+class OptionsError(ClmagicError):
+    """Build options or magic arguments that cannot be used."""
+
+
+class CorruptEntry(Exception):
+    """A stored entry that failed its checks; the store reports why."""
+
+
+_LOC = re.compile(r"(?:^|(?<=\s))(?P<file>[^\s:]+):(?P<line>\d+):(?:(?P<col>\d+):)?", re.MULTILINE)
+
+
+def _is_main_source(name: str) -> bool:
+    """The driver's name for the program source: a temp ``*.cl`` file, ``input.cl``,
+    ``<kernel>``/``<source>`` (NVIDIA), as opposed to an included header."""
+    return name.endswith(".cl") or (name.startswith("<") and name.endswith(">"))
+
+
+def map_log_lines(log: str, line_offset: int = 0) -> str:
+    """Rewrite locations of the program source in a driver build log (``/tmp/x.cl:3:12:``,
+    ``<kernel>:3:12:``) to ``line N:12:``, shifted by ``line_offset`` so they match the notebook
+    cell's own numbering. Locations in included headers keep their file name."""
+
+    def repl(m: re.Match[str]) -> str:
+        if not _is_main_source(m["file"]):
+            return m[0]
+        col = f":{m['col']}" if m["col"] else ""
+        return f"line {int(m['line']) + line_offset}{col}:"
+
+    return _LOC.sub(repl, log)
+
+
+class BuildError(ClmagicError):
+    """The driver refused to build the source; carries the driver's build log."""
+
+    def __init__(self, log: str, *, options: str, device: str, line_offset: int = 0):
+        self.raw_log = log
+        self.log = map_log_lines(log.strip(), line_offset) or "(the driver gave no build log)"
+        self.options = options
+        self.device = device
+        super().__init__(f"build failed on {device}" + (f" (options: {options})" if options else ""))
+
+    def _render_traceback_(self) -> list[str]:
+        return [f"clmagic: {self}", *self.log.splitlines()]

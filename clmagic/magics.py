@@ -1,0 +1,114 @@
+"""``%%clkernel``: a thin IPython layer over :class:`clmagic.Compiler`."""
+
+from __future__ import annotations
+
+import re
+
+import pyopencl as cl
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, cell_magic, magics_class
+from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+from traitlets import Bool
+
+from .compiler import BuildResult, Compiler
+from .config import warn_once
+from .errors import OptionsError
+
+__all__ = ["CLMagics", "split_opts"]
+
+_OPTS = re.compile(r"(?:^|\s)--opts(?:=|\s+|$)")
+
+
+def split_opts(line: str) -> tuple[str, str | None]:
+    """Split a magic line at ``--opts``: everything after it, to the end of the line, is build
+    options (so ``--opts -O3 -cl-mad-enable`` works as written)."""
+    m = _OPTS.search(line)
+    if not m:
+        return line, None
+    opts = line[m.end():].strip()
+    if not opts:
+        raise OptionsError("--opts needs build options after it, e.g. --opts -O3 -cl-mad-enable")
+    return line[: m.start()], opts
+
+
+@magics_class
+class CLMagics(Magics):
+    """OpenCL magics. Configure with ``%config CLMagics.quiet = True``."""
+
+    quiet = Bool(False, help="Print nothing under %%clkernel cells (like --quiet).").tag(config=True)
+    bind_context = Bool(
+        True, help="Put cl_ctx and cl_queue of the build's device in the user namespace."
+    ).tag(config=True)
+
+    def __init__(self, shell=None, compiler: Compiler | None = None, **kwargs):
+        super().__init__(shell=shell, **kwargs)
+        self._compiler = compiler
+
+    @property
+    def compiler(self) -> Compiler:
+        """The compiler behind the magics (the process-wide one unless given)."""
+        if self._compiler is None:
+            from . import get_compiler
+
+            self._compiler = get_compiler()
+        return self._compiler
+
+    def _user_context(self, dev: cl.Device) -> cl.Context | None:
+        ns = self.shell.user_ns
+        for name in ("cl_ctx", "ctx"):
+            ctx = ns.get(name)
+            if isinstance(ctx, cl.Context) and list(ctx.devices) == [dev]:
+                return ctx
+        return None
+
+    def _bind(self, result: BuildResult, name: str | None) -> None:
+        ns = self.shell.user_ns
+        for kname, kernel in result.kernels.items():
+            old = ns.get(kname)
+            if old is not None and not isinstance(old, cl.Kernel):
+                warn_once(
+                    f"kernel {kname!r} not bound: {kname!r} is already a "
+                    f"{type(old).__name__} in your namespace (use --name VAR and VAR's kernels)"
+                )
+                continue
+            ns[kname] = kernel
+        if name:
+            ns[name] = result.program
+        if self.bind_context:
+            ns["cl_ctx"], ns["cl_queue"] = result.context, result.queue
+
+    @magic_arguments()
+    @argument("--device", "-d", metavar="SPEC",
+              help='Device: "P:D" index, or a case-insensitive part of its platform/device name.')
+    @argument("--name", "-n", metavar="VAR", help="Also bind the built cl.Program to VAR.")
+    @argument("--no-cache", action="store_true", help="Build with the driver; read/write no cache.")
+    @argument("--quiet", "-q", action="store_true", help="Print nothing when the build succeeds.")
+    @argument("--opts", metavar="OPTIONS...",
+              help="Build options, to the end of the line (-O0…-O3 are mapped for the driver).")
+    @cell_magic
+    def clkernel(self, line: str, cell: str) -> None:
+        """Compile the cell's OpenCL C through clmagic's binary cache.
+
+        Every kernel of the program is bound under its own name, with ``cl_ctx`` and
+        ``cl_queue``; one line under the cell says HIT or MISS and the time taken.
+        """
+        rest, opts = split_opts(line)
+        try:
+            args = parse_argstring(self.clkernel, rest)
+        except UsageError as exc:
+            raise OptionsError(str(exc)) from None
+        if not cell.strip():
+            raise OptionsError("empty cell: write OpenCL C below the %%clkernel line")
+        info, dev = self.compiler.resolve(args.device)
+        result = self.compiler.build(
+            cell, opts, info, context=self._user_context(dev), use_cache=not args.no_cache,
+            line_offset=1,
+        )
+        self._bind(result, args.name)
+        if not result.kernels:
+            warn_once("the cell compiled but defines no __kernel function")
+        if not (args.quiet or self.quiet):
+            from IPython.display import display
+
+            display(result)
+

