@@ -80,12 +80,16 @@ class Compiler:
     choose explicitly (``store=None`` keeps programs in memory only).
     """
 
-    def __init__(self, settings: Settings | None = None, store: Store | None | object = _DEFAULT_STORE):
+    def __init__(
+        self, settings: Settings | None = None, store: Store | None | object = _DEFAULT_STORE
+    ):
         self.settings = settings or Settings.from_env()
-        self.store: Store | None = (
-            open_store(self.settings.cache) if store is _DEFAULT_STORE else store  # type: ignore[assignment]
+        if store is _DEFAULT_STORE:
+            store = open_store(self.settings.cache)
+        self.store: Store | None = store  # type: ignore[assignment]
+        self.history = History(
+            debug=self.settings.debug, keep_source=self.settings.record == "full"
         )
-        self.history = History(debug=self.settings.debug, keep_source=self.settings.record == "full")
         self.device_spec: str | None = self.settings.device
         self._memory: dict[tuple[str, str], _Loaded] = {}
 
@@ -149,7 +153,7 @@ class Compiler:
         src = source.encode("utf-8")
         key = cache_key(src, opts.effective, info)
 
-        def finish(outcome: str, loaded: _Loaded, saved: bool = False, note: str = "") -> BuildResult:
+        def finish(outcome: str, loaded: _Loaded, saved=False, note="") -> BuildResult:
             ms = (time.perf_counter() - t0) * 1000
             rec = Record(
                 time=now(), outcome=outcome, kernels=list(loaded.kernels), ms=ms,

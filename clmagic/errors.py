@@ -26,7 +26,9 @@ class CorruptEntry(Exception):
     """A stored entry that failed its checks; the store reports why."""
 
 
-_LOC = re.compile(r"(?:^|(?<=\s))(?P<file>[^\s:]+):(?P<line>\d+):(?:(?P<col>\d+):)?", re.MULTILINE)
+_LOC = re.compile(
+    r"(?:^|(?<=\s))(?P<file>[^\s:]+):(?P<line>\d+):(?:(?P<col>\d+):)?", re.MULTILINE
+)
 
 
 def _is_main_source(name: str) -> bool:
@@ -57,7 +59,8 @@ class BuildError(ClmagicError):
         self.log = map_log_lines(log.strip(), line_offset) or "(the driver gave no build log)"
         self.options = options
         self.device = device
-        super().__init__(f"build failed on {device}" + (f" (options: {options})" if options else ""))
+        shown = f" (options: {options})" if options else ""
+        super().__init__(f"build failed on {device}{shown}")
 
     def _render_traceback_(self) -> list[str]:
         return [f"clmagic: {self}", *self.log.splitlines()]

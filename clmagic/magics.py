@@ -35,7 +35,9 @@ def split_opts(line: str) -> tuple[str, str | None]:
 class CLMagics(Magics):
     """OpenCL magics. Configure with ``%config CLMagics.quiet = True``."""
 
-    quiet = Bool(False, help="Print nothing under %%clkernel cells (like --quiet).").tag(config=True)
+    quiet = Bool(
+        False, help="Print nothing under %%clkernel cells (like --quiet)."
+    ).tag(config=True)
     bind_context = Bool(
         True, help="Put cl_ctx and cl_queue of the build's device in the user namespace."
     ).tag(config=True)

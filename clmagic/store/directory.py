@@ -47,7 +47,9 @@ class DirectoryStore(Store):
             path.mkdir(mode=0o700, parents=True, exist_ok=True)
             os.listdir(path)
         except OSError as exc:
-            warn_once(f"cache folder {path} cannot be used ({exc.strerror}); caching in memory only")
+            warn_once(
+                f"cache folder {path} cannot be used ({exc.strerror}); caching in memory only"
+            )
             return None
         store = cls(path)
         if not os.access(path, os.W_OK):
