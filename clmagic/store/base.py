@@ -43,7 +43,15 @@ class Store(ABC):
 
     @abstractmethod
     def entries(self, fingerprint: str | None = None) -> Iterator[Entry]:
-        """Metadata of every valid entry (binaries not read), optionally of one device."""
+        """Metadata of every valid entry (binaries not read), optionally of one device.
+
+        Backends that track use add ``meta["hits"]`` (int), ``meta["last_used"]`` (epoch
+        seconds) and ``meta["stored_bytes"]`` (bytes the entry takes in the store).
+        """
+
+    def record_hit(self, fingerprint: str, key: str) -> None:
+        """Count one hit of an entry and set its last-used time, without rewriting the entry
+        (the binary is never rewritten on a hit). Default: not tracked."""
 
     @abstractmethod
     def clear(self, fingerprint: str | None = None) -> tuple[int, int]:
