@@ -90,7 +90,8 @@ def encode(entry: Entry) -> bytes:
     header = HEADER.pack(
         MAGIC, FORMAT_VERSION, len(meta), zlib.crc32(meta), 0, len(entry.binary)
     )
-    return b"".join((header, meta, entry.binary, hashlib.sha256(entry.binary).digest()))
+    digest = entry.meta.get("binary_sha256") or hashlib.sha256(entry.binary).hexdigest()
+    return b"".join((header, meta, entry.binary, bytes.fromhex(digest)))
 
 
 def _parse_header(head: bytes) -> tuple[int, int, int]:
@@ -125,22 +126,27 @@ def _parse_meta(raw: bytes, crc: int) -> dict[str, Any]:
     return meta
 
 
-def decode(data: bytes, key: str | None = None, fingerprint: str | None = None) -> Entry:
+def decode(
+    data: bytes | bytearray, key: str | None = None, fingerprint: str | None = None
+) -> Entry:
     """Parse and verify one entry file; raise :class:`CorruptEntry` saying what is wrong.
 
     ``key``/``fingerprint``, when given, must match the stored ones (an entry filed under the
     wrong name is corrupt too).
     """
-    meta_len, meta_crc, bin_len = _parse_header(data[: HEADER.size])
+    view = memoryview(data)  # slices below copy nothing until the verified binary
+    meta_len, meta_crc, bin_len = _parse_header(view[: HEADER.size])
     expected = HEADER.size + meta_len + bin_len + 32
     if len(data) != expected:
         raise CorruptEntry(f"size {len(data)} bytes, header says {expected}")
-    meta = _parse_meta(data[HEADER.size : HEADER.size + meta_len], meta_crc)
+    meta = _parse_meta(bytes(view[HEADER.size : HEADER.size + meta_len]), meta_crc)
     start = HEADER.size + meta_len
-    binary = data[start : start + bin_len]
-    digest = data[start + bin_len :]
-    if hashlib.sha256(binary).digest() != digest or meta["binary_sha256"] != digest.hex():
+    digest = bytes(view[start + bin_len :])
+    if hashlib.sha256(view[start : start + bin_len]).digest() != digest or (
+        meta["binary_sha256"] != digest.hex()
+    ):
         raise CorruptEntry("binary checksum mismatch")
+    binary = bytes(view[start : start + bin_len])
     if meta["binary_bytes"] != bin_len:
         raise CorruptEntry("binary length disagrees with the metadata")
     if key is not None and meta["key"] != key:

@@ -52,6 +52,7 @@ class Store(ABC):
     def record_hit(self, fingerprint: str, key: str) -> None:
         """Count one hit of an entry and set its last-used time, without rewriting the entry
         (the binary is never rewritten on a hit). Default: not tracked."""
+        return None
 
     @abstractmethod
     def clear(self, fingerprint: str | None = None) -> tuple[int, int]:

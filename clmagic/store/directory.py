@@ -84,8 +84,11 @@ class DirectoryStore(Store):
                 return None
             raise CorruptEntry(f"cannot open {path.name}: {exc.strerror}") from None
         try:
-            with os.fdopen(fd, "rb") as fh:
-                data = fh.read()
+            with os.fdopen(fd, "rb", buffering=0) as fh:
+                data = bytearray(os.fstat(fd).st_size)  # one read, no growing buffer
+                got = fh.readinto(data)
+                if got != len(data):
+                    raise CorruptEntry(f"short read of {path.name}")
         except OSError as exc:  # e.g. a directory where the file should be
             raise CorruptEntry(f"cannot read {path.name}: {exc.strerror}") from None
         return decode(data, key=key, fingerprint=fingerprint)

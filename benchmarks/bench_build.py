@@ -1,0 +1,272 @@
+"""clmagic against the bare driver and pyopencl, on real kernels, in one run.
+
+    python benchmarks/bench_build.py --device pocl --label pocl-zen5
+
+For every kernel of the corpora (see corpus.py), on one device, each timing in its own role:
+
+- ``cold``   bare driver build from source, driver caches off (POCL_KERNEL_CACHE=0,
+             CUDA_CACHE_DISABLE=1); ``miss``: clmagic MISS (build + binary readout + save),
+             alternating with ``cold`` in the same process, each on a source made unique by a
+             comment so nothing is reused;
+- ``hit``    clmagic HIT from disk in a fresh process, alternating with ``bare``: the driver
+             loading the same binary without clmagic (program from binary + build + kernels);
+- ``memory`` clmagic HIT from memory;
+- ``pyopencl`` pyopencl's default ``Program(ctx, src).build()`` in a fresh process, its own and
+             the driver's caches on and warmed by an earlier process;
+- ``magic``  ``%%clkernel`` end to end in an InteractiveShell (disk HIT, fresh process).
+
+Prints a table of medians and ratios and writes JSON (+ a markdown summary) under
+benchmarks/results/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent))
+
+COLD_ENV = {"POCL_KERNEL_CACHE": "0", "CUDA_CACHE_DISABLE": "1"}
+
+
+def _ms(t0: float) -> float:
+    return (time.perf_counter() - t0) * 1000
+
+
+def _unique(source: str, rep: int) -> str:
+    return f"// clmagic-bench rep {rep}\n{source}"
+
+
+def _device(spec):
+    import clmagic
+
+    info, dev = clmagic.resolve_device(spec)
+    return info, dev
+
+
+# -- roles (each runs in its own process) ---------------------------------------------------------
+
+def role_prepare(args, work: Path) -> None:
+    import pyopencl as cl
+
+    from corpus import pyopencl_kernels, size_sweep, wheel_kernels
+
+    info, dev = _device(args.device)
+    ctx = cl.Context([dev])
+
+    def builds(src: str, opts: str) -> bool:
+        try:
+            cl._cl._Program(ctx, src)._build(options=opts.encode(), devices=[dev])
+            return True
+        except cl.Error:
+            return False
+
+    corpus_dir = Path(args.corpus_dir) if args.corpus_dir else None
+    real, skipped = wheel_kernels(builds, corpus_dir)
+    kernels = real[: args.max_real] + pyopencl_kernels(ctx) + size_sweep()
+    (work / "corpus.json").write_text(json.dumps({
+        "kernels": [k.__dict__ for k in kernels], "skipped": skipped,
+        "device": info.__dict__, "label": info.label,
+    }))
+
+
+def _load(work: Path) -> list[dict]:
+    return json.loads((work / "corpus.json").read_text())["kernels"]
+
+
+def role_cold_miss(args, work: Path) -> dict:
+    import pyopencl as cl
+
+    import clmagic
+    from clmagic.config import Settings
+
+    info, dev = _device(args.device)
+    compiler = clmagic.Compiler(Settings.from_env({"CLMAGIC_CACHE_DIR": str(work / "cache")}))
+    ctx, _ = clmagic.devices.context_for(info, dev)
+    cl._cl._Program(ctx, "__kernel void warm(__global int *a) { a[0] = 1; }")._build(
+        options=b"", devices=[dev])
+    out = {}
+    for k in _load(work):
+        rec = out.setdefault(k["name"], {"cold": [], "miss": [], "memory": []})
+        for rep in range(args.repeats):
+            src = _unique(k["source"], rep)
+            order = ("cold", "miss") if rep % 2 == 0 else ("miss", "cold")
+            for what in order:
+                if what == "cold":
+                    t0 = time.perf_counter()
+                    prg = cl._cl._Program(ctx, "// cold\n" + src)
+                    prg._build(options=clmagic.options.parse_options(k["options"]).effective
+                               .encode(), devices=[dev])
+                    prg.all_kernels()
+                    rec["cold"].append(_ms(t0))
+                else:
+                    t0 = time.perf_counter()
+                    r = compiler.build(src, k["options"], info)
+                    rec["miss"].append(_ms(t0))
+                    assert r.outcome == "MISS", r.outcome
+            t0 = time.perf_counter()
+            assert compiler.build(src, k["options"], info).outcome == "MEMORY"
+            rec["memory"].append(_ms(t0))
+    return out
+
+
+def role_hit_bare(args, work: Path) -> dict:
+    import pyopencl as cl
+
+    import clmagic
+    from clmagic.config import Settings
+
+    info, dev = _device(args.device)
+    compiler = clmagic.Compiler(Settings.from_env({"CLMAGIC_CACHE_DIR": str(work / "cache")}))
+    ctx, _ = clmagic.devices.context_for(info, dev)
+    out = {}
+    for k in _load(work):
+        rec = out.setdefault(k["name"], {"hit": [], "bare": []})
+        opts = clmagic.options.parse_options(k["options"])
+        for rep in range(args.repeats):
+            src = _unique(k["source"], rep)
+            key = clmagic.key.cache_key(src.encode(), opts.effective, info)
+            binary = compiler.store.get(info.fingerprint, key).binary
+            order = ("hit", "bare") if rep % 2 == 0 else ("bare", "hit")
+            for what in order:
+                t0 = time.perf_counter()
+                if what == "hit":
+                    r = compiler.build(src, k["options"], info)
+                    rec["hit"].append(_ms(t0))
+                    assert r.outcome == "HIT", r.outcome
+                else:
+                    prg = cl._cl._Program(ctx, [dev], [binary])
+                    prg._build(options=opts.effective.encode(), devices=[dev])
+                    prg.all_kernels()
+                    rec["bare"].append(_ms(t0))
+    return out
+
+
+def role_pyopencl(args, work: Path) -> dict:
+    import pyopencl as cl
+
+    info, dev = _device(args.device)
+    ctx = cl.Context([dev])
+    out = {}
+    for k in _load(work):
+        rec = out.setdefault(k["name"], {"pyopencl": []})
+        for rep in range(args.repeats):
+            t0 = time.perf_counter()
+            prg = cl.Program(ctx, _unique(k["source"], rep)).build(options=k["options"].split())
+            prg.all_kernels()
+            rec["pyopencl"].append(_ms(t0))
+    return out
+
+
+def role_magic(args, work: Path) -> dict:
+    from IPython.core.interactiveshell import InteractiveShell
+
+    import clmagic
+    from clmagic.config import Settings
+    from clmagic.magics import CLMagics
+
+    info, _ = _device(args.device)
+    shell = InteractiveShell.instance()
+    compiler = clmagic.Compiler(Settings.from_env({"CLMAGIC_CACHE_DIR": str(work / "cache")}))
+    shell.register_magics(CLMagics(shell=shell, compiler=compiler))
+    out = {}
+    for k in _load(work):
+        rec = out.setdefault(k["name"], {"magic": []})
+        for rep in range(args.repeats):
+            opts = f" --opts {k['options']}" if k["options"].strip() else ""
+            cell = f"%%clkernel --quiet --device {info.spec}{opts}\n" + _unique(k["source"], rep)
+            t0 = time.perf_counter()
+            res = shell.run_cell(cell, silent=True)
+            rec["magic"].append(_ms(t0))
+            assert res.success, res.error_in_exec
+    return out
+
+
+ROLES = {"prepare": role_prepare, "cold_miss": role_cold_miss, "hit_bare": role_hit_bare,
+         "pyopencl": role_pyopencl, "magic": role_magic}
+
+
+# -- orchestration --------------------------------------------------------------------------------
+
+def _child(role: str, args, work: Path, env: dict[str, str]) -> dict:
+    cmd = [sys.executable, __file__, "--role", role, "--work", str(work), "--device",
+           args.device or "", "--repeats", str(args.repeats), "--max-real", str(args.max_real)]
+    if args.corpus_dir:
+        cmd += ["--corpus-dir", args.corpus_dir]
+    proc = subprocess.run(cmd, env={**os.environ, **env}, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"role {role} failed:\n{proc.stderr[-4000:]}")
+    path = work / f"{role}.json"
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def import_overhead(repeats: int = 7) -> dict:
+    """Median ms of ``%load_ext clmagic`` in a fresh IPython vs ``import pyopencl``."""
+    pre = "import time\nfrom IPython.core.interactiveshell import InteractiveShell\n" \
+          "ip = InteractiveShell.instance()\nt = time.perf_counter()\n"
+    codes = {"import_pyopencl": pre + "import pyopencl\n",
+             "load_ext": pre + "ip.run_line_magic('load_ext', 'clmagic')\n"}
+    res = {}
+    for name, code in codes.items():
+        runs = []
+        for _ in range(repeats):
+            p = subprocess.run([sys.executable, "-c", code + "print((time.perf_counter()-t)*1000)"],
+                               capture_output=True, text=True, check=True,
+                               env={**os.environ, "PYTHONPATH": str(HERE.parent)})
+            runs.append(float(p.stdout.strip().splitlines()[-1]))
+        res[name] = statistics.median(runs)
+    res["difference"] = res["load_ext"] - res["import_pyopencl"]
+    return res
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--device", default=None)
+    ap.add_argument("--label", default=None, help="results file name (default: device label)")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--max-real", type=int, default=1000, help="cap on silx/pyFAI kernels")
+    ap.add_argument("--corpus-dir", default=None, help="unpacked .cl tree (no PyPI needed)")
+    ap.add_argument("--out", default=str(HERE / "results"))
+    ap.add_argument("--role", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--work", default=None, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    args.device = args.device or None
+    if args.role:
+        work = Path(args.work)
+        result = ROLES[args.role](args, work)
+        if result is not None:
+            (work / f"{args.role}.json").write_text(json.dumps(result))
+        return 0
+
+    from report_build import summarise, write_results
+
+    work = Path(tempfile.mkdtemp(prefix="clmagic-bench-"))
+    warm_env = {"POCL_KERNEL_CACHE": "1", "CUDA_CACHE_DISABLE": "0"}
+    t0 = time.perf_counter()
+    _child("prepare", args, work, COLD_ENV)
+    timings: dict[str, dict] = {}
+    for role, env in (("cold_miss", COLD_ENV), ("hit_bare", COLD_ENV), ("magic", COLD_ENV),
+                      ("pyopencl", warm_env), ("pyopencl", warm_env)):
+        for name, rec in _child(role, args, work, env).items():
+            timings.setdefault(name, {}).update(rec)  # the 2nd pyopencl run (warm) wins
+    corpus = json.loads((work / "corpus.json").read_text())
+    summary = summarise(corpus, timings, import_overhead(), args)
+    summary["wall_s"] = round(time.perf_counter() - t0, 1)
+    summary["machine"] = {"python": platform.python_version(), "cpu": platform.processor() or
+                          platform.machine(), "node": platform.node()}
+    write_results(summary, Path(args.out), args.label)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

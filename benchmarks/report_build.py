@@ -1,0 +1,110 @@
+"""Ratios, tables and result files for bench_build.py."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+from pathlib import Path
+
+RATIOS = {
+    "HIT / bare load": ("hit", "bare", "≤ 1.10"),
+    "MISS / cold build": ("miss", "cold", "≤ 1.05"),
+    "cold / HIT": ("cold", "hit", "speed-up"),
+    "pyopencl default / HIT": ("pyopencl", "hit", "speed-up"),
+    "%%clkernel HIT / bare load": ("magic", "bare", "end to end"),
+    "MEMORY / bare load": ("memory", "bare", ""),
+}
+COLUMNS = ("cold", "miss", "bare", "hit", "memory", "magic", "pyopencl")
+
+
+def _quantiles(values: list[float]) -> dict:
+    values = sorted(values)
+    if len(values) == 1:
+        return {"median": values[0], "p25": values[0], "p75": values[0], "n": 1}
+    q = statistics.quantiles(values, n=4)
+    return {"median": statistics.median(values), "p25": q[0], "p75": q[2], "n": len(values)}
+
+
+def summarise(corpus: dict, timings: dict, imports: dict, args) -> dict:
+    """Per-kernel medians, per-corpus ratio quantiles and the overall table."""
+    import pyopencl
+
+    per_kernel = []
+    for k in corpus["kernels"]:
+        t = timings.get(k["name"], {})
+        med = {c: statistics.median(t[c]) for c in COLUMNS if t.get(c)}
+        ratios = {n: med[a] / med[b] for n, (a, b, _) in RATIOS.items()
+                  if a in med and b in med and med[b] > 0}
+        per_kernel.append({"corpus": k["corpus"], "name": k["name"],
+                           "source_bytes": len(k["source"]), "median_ms": med,
+                           "ratios": ratios, "runs_ms": t})
+    groups: dict[str, list[dict]] = {"all": per_kernel}
+    for row in per_kernel:
+        groups.setdefault(row["corpus"], []).append(row)
+    table = {}
+    for group, rows in groups.items():
+        table[group] = {
+            n: _quantiles([r["ratios"][n] for r in rows if n in r["ratios"]])
+            for n in RATIOS if any(n in r["ratios"] for r in rows)
+        }
+        table[group]["median ms"] = {
+            c: statistics.median([r["median_ms"][c] for r in rows if c in r["median_ms"]])
+            for c in COLUMNS if any(c in r["median_ms"] for r in rows)
+        }
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                                text=True, cwd=Path(__file__).parent).stdout.strip()
+    except OSError:
+        commit = ""
+    return {
+        "device": corpus["device"], "device_label": corpus["label"],
+        "skipped": corpus["skipped"], "kernels": len(per_kernel), "repeats": args.repeats,
+        "pyopencl": pyopencl.VERSION_TEXT, "clmagic_commit": commit,
+        "import_ms": imports, "table": table, "per_kernel": per_kernel,
+    }
+
+
+def markdown(s: dict) -> str:
+    """The summary as a markdown page."""
+    d = s["device"]
+    lines = [
+        f"# clmagic build benchmark — {s['device_label']}", "",
+        f"- device: {d['platform_name']} · {d['device_name']} · driver {d['driver_version']} · "
+        f"{d['device_version']} · {d['platform_version']}",
+        f"- machine: {s['machine']}; pyopencl {s['pyopencl']}; clmagic {s['clmagic_commit']}",
+        f"- {s['kernels']} kernels × {s['repeats']} repeats; wall {s.get('wall_s')} s; "
+        f"silx/pyFAI files skipped (do not build alone on this device): {len(s['skipped'])}",
+        "", "Ratios: median over kernels of each kernel's median ratio [p25–p75].", "",
+        "| corpus | " + " | ".join(RATIOS) + " |",
+        "|---|" + "---|" * len(RATIOS),
+    ]
+    for group, row in s["table"].items():
+        cells = []
+        for n in RATIOS:
+            q = row.get(n)
+            cells.append(f"{q['median']:.2f} [{q['p25']:.2f}–{q['p75']:.2f}]" if q else "–")
+        lines.append(f"| {group} (n={len([1 for r in s['per_kernel'] if group in ('all', r['corpus'])])}) | "
+                     + " | ".join(cells) + " |")
+    lines += ["", "Median milliseconds:", "", "| corpus | " + " | ".join(COLUMNS) + " |",
+              "|---|" + "---|" * len(COLUMNS)]
+    for group, row in s["table"].items():
+        ms = row["median ms"]
+        lines.append(f"| {group} | " + " | ".join(
+            f"{ms[c]:.2f}" if c in ms else "–" for c in COLUMNS) + " |")
+    imp = s["import_ms"]
+    lines += ["", f"`%load_ext clmagic` {imp['load_ext']:.1f} ms vs `import pyopencl` "
+              f"{imp['import_pyopencl']:.1f} ms: difference {imp['difference']:.1f} ms (goal ≤ 50)"]
+    if s["skipped"]:
+        lines += ["", "Skipped: " + ", ".join(s["skipped"])]
+    return "\n".join(lines) + "\n"
+
+
+def write_results(summary: dict, out: Path, label: str | None) -> None:
+    """Print the markdown summary and write ``<label>.json`` and ``<label>.md`` under ``out``."""
+    out.mkdir(parents=True, exist_ok=True)
+    label = label or summary["device_label"].replace(" ", "-").lower()
+    (out / f"{label}.json").write_text(json.dumps(summary, indent=1))
+    md = markdown(summary)
+    (out / f"{label}.md").write_text(md)
+    print(md)
