@@ -10,12 +10,13 @@ from pathlib import Path
 RATIOS = {
     "HIT / bare load": ("hit", "bare", "≤ 1.10"),
     "MISS / cold build": ("miss", "cold", "≤ 1.05"),
+    "MISS / (cold + binary readout)": ("miss", "cold+readout", "clmagic's own cost"),
     "cold / HIT": ("cold", "hit", "speed-up"),
     "pyopencl default / HIT": ("pyopencl", "hit", "speed-up"),
     "%%clkernel HIT / bare load": ("magic", "bare", "end to end"),
     "MEMORY / bare load": ("memory", "bare", ""),
 }
-COLUMNS = ("cold", "miss", "bare", "hit", "memory", "magic", "pyopencl")
+COLUMNS = ("cold", "readout", "miss", "bare", "hit", "memory", "magic", "pyopencl")
 
 
 def _quantiles(values: list[float]) -> dict:
@@ -34,6 +35,9 @@ def summarise(corpus: dict, timings: dict, imports: dict, args) -> dict:
     for k in corpus["kernels"]:
         t = timings.get(k["name"], {})
         med = {c: statistics.median(t[c]) for c in COLUMNS if t.get(c)}
+        if "cold" in med and "readout" in med:
+            med["cold+readout"] = statistics.median(
+                [c + r for c, r in zip(t["cold"], t["readout"], strict=True)])
         ratios = {n: med[a] / med[b] for n, (a, b, _) in RATIOS.items()
                   if a in med and b in med and med[b] > 0}
         per_kernel.append({"corpus": k["corpus"], "name": k["name"],
@@ -73,7 +77,8 @@ def markdown(s: dict) -> str:
         f"- device: {d['platform_name']} · {d['device_name']} · driver {d['driver_version']} · "
         f"{d['device_version']} · {d['platform_version']}",
         f"- machine: {s['machine']}; pyopencl {s['pyopencl']}; clmagic {s['clmagic_commit']}",
-        f"- {s['kernels']} kernels × {s['repeats']} repeats; wall {s.get('wall_s')} s; "
+        f"- {s['kernels']} kernels × {s['repeats']} repeats; driver caches "
+        f"{s.get('driver_cache', 'off')} for the clmagic roles; wall {s.get('wall_s')} s; "
         f"silx/pyFAI files skipped (do not build alone on this device): {len(s['skipped'])}",
         "", "Ratios: median over kernels of each kernel's median ratio [p25–p75].", "",
         "| corpus | " + " | ".join(RATIOS) + " |",
@@ -84,8 +89,8 @@ def markdown(s: dict) -> str:
         for n in RATIOS:
             q = row.get(n)
             cells.append(f"{q['median']:.2f} [{q['p25']:.2f}–{q['p75']:.2f}]" if q else "–")
-        lines.append(f"| {group} (n={len([1 for r in s['per_kernel'] if group in ('all', r['corpus'])])}) | "
-                     + " | ".join(cells) + " |")
+        n = sum(1 for r in s["per_kernel"] if group in ("all", r["corpus"]))
+        lines.append(f"| {group} (n={n}) | " + " | ".join(cells) + " |")
     lines += ["", "Median milliseconds:", "", "| corpus | " + " | ".join(COLUMNS) + " |",
               "|---|" + "---|" * len(COLUMNS)]
     for group, row in s["table"].items():

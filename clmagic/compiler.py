@@ -150,6 +150,7 @@ class Compiler:
             info, dev = self.resolve(device)
         ctx, queue = _devices.context_for(info, dev)
         t0 = time.perf_counter()  # the trip, not the one-time context creation
+        source = normalise_source(source)
         src = source.encode("utf-8")
         key = cache_key(src, opts.effective, info)
 
@@ -246,6 +247,15 @@ def _binary_of(program: cl.Program, dev: cl.Device) -> bytes:
     devs = program.get_info(cl.program_info.DEVICES)
     binaries = program.get_info(cl.program_info.BINARIES)
     return bytes(binaries[devs.index(dev)])
+
+
+def normalise_source(source: str) -> str:
+    """Strip trailing whitespace from every line and end with one newline.
+
+    IPython does the same to a cell's blank lines, so the library and ``%%clkernel`` give the same
+    key for the same text; the driver receives exactly the normalised text (line numbers and
+    meaning are unchanged; a backslash continuation still continues)."""
+    return "\n".join(line.rstrip() for line in source.splitlines()) + "\n"
 
 
 def _preview(source: str, width: int = 60) -> str:

@@ -231,3 +231,14 @@ def test_default_device_prefers_a_real_driver_over_the_simulator():
 
     assert default_device()[0].type in ("GPU", "CPU")
     assert "oclgrind" in default_device("oclgrind")[0].platform_name.lower()
+
+
+def test_library_and_magic_share_a_key_despite_trailing_whitespace(compiler, ipshell):
+    from clmagic.magics import CLMagics
+
+    spaced = SAXPY.replace("{\n", "{   \n").replace("\n\n", "\n    \n") + "\n\n"
+    built = compiler.build(spaced)
+    ipshell.register_magics(CLMagics(shell=ipshell, compiler=compiler))
+    assert ipshell.run_cell("%%clkernel --quiet\n" + spaced).success
+    assert compiler.history.records[-1].key == built.key
+    assert compiler.history.records[-1].outcome == "MEMORY"
