@@ -192,6 +192,7 @@ class DirectoryStore(Store):
             return False  # the temp file was swept under us (another host's writer); harmless
         except OSError as exc:
             if exc.errno in _FULL:
+                self.reason = f"disk full: {exc.strerror}"
                 warn_once(f"cache {self.root} is full ({exc.strerror}): entries are not saved")
                 return False
             self._disable_writes(exc.strerror or str(exc))
