@@ -7,6 +7,7 @@ checks it; ``CLMAGIC_WRITE_DOCS=1`` rewrites it).
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import struct
@@ -32,18 +33,21 @@ __kernel void fill(__global int *a)
 }
 """
 
-CHECK = """
-import numpy as np, pyopencl as cl
-def check(r):
+
+
+def check(r) -> bool:
+    """Run the ``fill`` kernel of a build result: does it compute what SRC says?"""
+    import numpy as np
+    import pyopencl as cl
+
     a = np.zeros(16, np.int32)
     buf = cl.Buffer(r.context, cl.mem_flags.WRITE_ONLY, a.nbytes)
     r.kernels["fill"](r.queue, a.shape, None, buf)
     cl.enqueue_copy(r.queue, a, buf)
     return bool((a == 3 * np.arange(16) + 1).all())
-"""
-exec(CHECK)  # defines check(result) here and in the children, from one text
 
-CHILD = CHECK + """
+
+CHILD = inspect.getsource(check) + """
 import json, os, clmagic
 c = clmagic.Compiler()
 out = []
