@@ -49,6 +49,8 @@ def strip_comments(text: str) -> str:
 
 def includes_of(text: str) -> list[str]:
     """The include spellings of ``text``, in order: ``"x.h"`` or ``<x.h>``."""
+    if "include" not in text:
+        return []  # the common case, without the comment scan
     return [f'"{q}"' if q else f"<{a}>" for q, a in _INCLUDE.findall(strip_comments(text))]
 
 
