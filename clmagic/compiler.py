@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -12,14 +14,18 @@ from .config import Settings, warn_once
 from .devices import DeviceInfo
 from .entry import Entry
 from .errors import BuildError, ClmagicError, CorruptEntry
+from .includes import find_headers, strip_comments
 from .key import cache_key
 from .options import BuildOptions, parse_options
 from .records import History, Outcome, Record, now
 from .store import Store, open_store
 
-__all__ = ["Compiler", "BuildResult"]
+__all__ = ["Compiler", "BuildResult", "MAX_SOURCE"]
 
 _DEFAULT_STORE = object()
+
+#: the largest source accepted, in bytes (a bigger cell is almost surely a pasting accident)
+MAX_SOURCE = 4 << 20
 
 
 @dataclass
@@ -85,13 +91,14 @@ class Compiler:
     ):
         self.settings = settings or Settings.from_env()
         if store is _DEFAULT_STORE:
-            store = open_store(self.settings.cache)
+            store = open_store(self.settings.cache, trust=self.settings.trust)
         self.store: Store | None = store  # type: ignore[assignment]
         self.history = History(
             debug=self.settings.debug, keep_source=self.settings.record == "full"
         )
         self.device_spec: str | None = self.settings.device
         self._memory: dict[tuple[str, str], _Loaded] = {}
+        self._lock = threading.Lock()  # memory and history; builds themselves run in parallel
 
     # -- device -------------------------------------------------------------------------------
 
@@ -113,19 +120,20 @@ class Compiler:
 
     def forget(self, fingerprint: str | None = None, key: str | None = None) -> int:
         """Drop in-memory programs (all, of one device, or one key); returns how many."""
-        doomed = [
-            k for k in self._memory
-            if (fingerprint is None or k[0] == fingerprint) and (key is None or k[1] == key)
-        ]
-        for k in doomed:
-            del self._memory[k]
+        with self._lock:
+            doomed = [
+                k for k in self._memory
+                if (fingerprint is None or k[0] == fingerprint) and (key is None or k[1] == key)
+            ]
+            for k in doomed:
+                del self._memory[k]
         return len(doomed)
 
     # -- the trip -----------------------------------------------------------------------------
 
     def build(
         self,
-        source: str,
+        source: str | bytes,
         options: str | list[str] | None = None,
         device: object = None,
         *,
@@ -136,10 +144,13 @@ class Compiler:
         """Build ``source`` for one device, through the caches.
 
         ``line_offset`` shifts line numbers in a build log (the magic passes 1 so they match
-        the cell). Raises :class:`BuildError` with the driver's log when the build fails.
+        the cell). The key covers every header the source may ``#include`` (see
+        :mod:`clmagic.includes`), looked up from the current working directory. Raises
+        :class:`BuildError` with the driver's log when the build fails, :class:`ClmagicError`
+        for a source that cannot be compiled at all (empty, only comments, not UTF-8, NUL
+        characters, over :data:`MAX_SOURCE` bytes).
         """
-        if not source.strip():
-            raise ClmagicError("empty source: nothing to compile")
+        source, src = _check_source(source)
         opts = parse_options(options)
         if context is not None:
             info = _devices.adopt_context(context)
@@ -150,9 +161,8 @@ class Compiler:
             info, dev = self.resolve(device)
         ctx, queue = _devices.context_for(info, dev)
         t0 = time.perf_counter()  # the trip, not the one-time context creation
-        source = normalise_source(source)
-        src = source.encode("utf-8")
-        key = cache_key(src, opts.effective, info)
+        headers = find_headers(source, opts.include_dirs, os.getcwd())
+        key = cache_key(src, opts.effective, info, headers)
 
         def finish(outcome: str, loaded: _Loaded, saved=False, note="") -> BuildResult:
             ms = (time.perf_counter() - t0) * 1000
@@ -162,7 +172,8 @@ class Compiler:
                 key=key, options=opts.effective, preview=_preview(source), source=source,
                 saved_to_store=saved, note=note,
             )
-            self.history.add(rec)
+            with self._lock:
+                self.history.add(rec)
             return BuildResult(
                 program=loaded.program, kernels=loaded.kernels, outcome=outcome, ms=ms,
                 build_ms=loaded.build_ms, key=key, device=info, options=opts, context=ctx,
@@ -183,16 +194,19 @@ class Compiler:
                 entry = self.store.get(info.fingerprint, key)
                 if entry is not None:
                     loaded = self._load(ctx, dev, entry, opts)
-                    self._memory[(info.fingerprint, key)] = loaded
+                    with self._lock:
+                        self._memory[(info.fingerprint, key)] = loaded
                     return finish(Outcome.HIT, loaded, note=f"from {self.store.kind} cache")
-            except CorruptEntry as exc:
+            except (CorruptEntry, OSError) as exc:
                 outcome = Outcome.CORRUPT
                 warn_once(f"cache entry {key[:12]} is damaged ({exc}); rebuilding it")
-                self.history.event("CORRUPT", key, [], detail=str(exc))
+                with self._lock:
+                    self.history.event("CORRUPT", key, [], detail=str(exc))
                 self.store.delete(info.fingerprint, key)
 
         loaded = self._compile(ctx, dev, info, source, opts, line_offset)
-        self._memory[(info.fingerprint, key)] = loaded
+        with self._lock:
+            self._memory[(info.fingerprint, key)] = loaded
         saved, note = False, "cache off (memory only)"
         if self.store is not None:
             binary = _binary_of(loaded.program, dev)
@@ -202,7 +216,7 @@ class Compiler:
                 platform=info.platform_name, driver=info.driver_version,
                 device_version=info.device_version, platform_version=info.platform_version,
                 source_bytes=len(src), build_ms=round(loaded.build_ms, 3), created=time.time(),
-                build_log=loaded.build_log,
+                build_log=loaded.build_log, headers=[name for name, _ in headers],
             )
             saved = self.store.put(entry)
             note = "saved" if saved else f"not saved ({self.store.reason or 'store refused it'})"
@@ -228,6 +242,42 @@ class Compiler:
             return _loaded(ctx, prg, entry.build_ms, entry.meta.get("build_log", ""))
         except cl.Error as exc:
             raise CorruptEntry(f"the driver refused the stored binary: {exc}") from None
+
+
+def _check_source(source: str | bytes) -> tuple[str, bytes]:
+    """The source as text and as UTF-8 bytes, or a one-line error saying why it cannot be."""
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        src = bytes(source)
+        try:
+            text = src.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            line = src.count(b"\n", 0, exc.start) + 1
+            raise ClmagicError(
+                f"source is not UTF-8 text: byte 0x{src[exc.start]:02x} on line {line}"
+            ) from None
+    else:
+        text = str(source)
+        try:
+            src = text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            line = text.count("\n", 0, exc.start) + 1
+            raise ClmagicError(
+                f"source is not UTF-8 text: {text[exc.start]!r} on line {line}"
+            ) from None
+    if len(src) > MAX_SOURCE:
+        raise ClmagicError(
+            f"source is {len(src) / 2**20:.1f} MiB, over clmagic's {MAX_SOURCE >> 20} MiB limit "
+            "(clmagic.compiler.MAX_SOURCE); nothing compiled"
+        )
+    if "\0" in text:
+        line = text.count("\n", 0, text.index("\0")) + 1
+        raise ClmagicError(f"source holds a NUL character on line {line}")
+    if not text.strip():
+        raise ClmagicError("empty source: nothing to compile")
+    if not strip_comments(text).strip():
+        raise ClmagicError("the source holds only comments: nothing to compile")
+    text = normalise_source(text)
+    return text, text.encode("utf-8")
 
 
 def _loaded(ctx, prg, build_ms: float, log: str) -> _Loaded:

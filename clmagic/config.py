@@ -7,7 +7,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["Settings", "default_cache_dir", "warn_once", "reset_warnings"]
+__all__ = ["Settings", "default_cache_dir", "warn", "warn_once", "reset_warnings"]
 
 _OFF = {"0", "off", "none", "disable", "disabled", "false", "no"}
 _DEFAULT = {"", "1", "default", "on", "true", "yes"}
@@ -21,6 +21,11 @@ def default_cache_dir() -> Path:
     import platformdirs
 
     return Path(platformdirs.user_cache_dir("clmagic", appauthor=False)) / "programs"
+
+
+def warn(message: str) -> None:
+    """Print ``clmagic: warning: <message>`` to stderr (every time: for per-cell news)."""
+    print(f"clmagic: warning: {message}", file=sys.stderr)
 
 
 def warn_once(message: str) -> None:
@@ -47,6 +52,7 @@ class Settings:
     debug: bool = False
     record: str = "default"
     device: str | None = None
+    trust: bool = False
     env: dict[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -57,7 +63,8 @@ class Settings:
         ``0``/``off``/``none``/``disable``/``disabled`` → memory only; anything else → that path.
         ``CLMAGIC_CACHE_DEBUG=1`` prints one line per cache event. ``CLMAGIC_RECORD=full`` keeps
         the source of each build in the history. ``CLMAGIC_DEVICE`` (else ``PYOPENCL_CTX``) picks
-        the default device.
+        the default device. ``CLMAGIC_CACHE_TRUST=1`` uses a cache folder that is world-writable
+        or owned by another user (refused otherwise).
         """
         env = dict(os.environ if environ is None else environ)
         raw = env.get("CLMAGIC_CACHE_DIR")
@@ -71,5 +78,7 @@ class Settings:
         debug = env.get("CLMAGIC_CACHE_DEBUG", "").strip().lower() in _TRUE
         record = env.get("CLMAGIC_RECORD", "default").strip().lower() or "default"
         device = env.get("CLMAGIC_DEVICE") or env.get("PYOPENCL_CTX") or None
+        trust = env.get("CLMAGIC_CACHE_TRUST", "").strip().lower() in _TRUE
         shown = {k: v for k, v in env.items() if k.startswith(("CLMAGIC_", "PYOPENCL_", "POCL_"))}
-        return cls(cache=cache, debug=debug, record=record, device=device, env=shown)
+        return cls(cache=cache, debug=debug, record=record, device=device, trust=trust,
+                   env=shown)

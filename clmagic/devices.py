@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import threading
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -172,15 +173,20 @@ def _choices(inv) -> str:
 # -- one context and one queue per device -------------------------------------------------------
 
 _contexts: dict[str, tuple[cl.Context, cl.CommandQueue]] = {}
+_contexts_lock = threading.Lock()
 
 
 def context_for(info: DeviceInfo, device: cl.Device) -> tuple[cl.Context, cl.CommandQueue]:
-    """The context and queue clmagic keeps for this device (made on first use)."""
+    """The context and queue clmagic keeps for this device (made on first use, once even when
+    threads ask at the same time)."""
     pair = _contexts.get(info.fingerprint)
     if pair is None:
-        ctx = cl.Context([device])
-        pair = (ctx, cl.CommandQueue(ctx))
-        _contexts[info.fingerprint] = pair
+        with _contexts_lock:
+            pair = _contexts.get(info.fingerprint)
+            if pair is None:
+                ctx = cl.Context([device])
+                pair = (ctx, cl.CommandQueue(ctx))
+                _contexts[info.fingerprint] = pair
     return pair
 
 

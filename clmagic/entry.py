@@ -109,13 +109,19 @@ def _parse_header(head: bytes) -> tuple[int, int, int]:
     return meta_len, meta_crc, bin_len
 
 
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
 def _parse_meta(raw: bytes, crc: int) -> dict[str, Any]:
     if zlib.crc32(raw) != crc:
         raise CorruptEntry("metadata checksum mismatch")
     try:
-        meta = json.loads(raw.decode("utf-8"))
+        meta = json.loads(raw.decode("utf-8"), parse_constant=_no_constant)
     except (UnicodeDecodeError, ValueError) as exc:
         raise CorruptEntry(f"metadata is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise CorruptEntry("metadata is nested too deeply") from None
     if not isinstance(meta, dict):
         raise CorruptEntry("metadata is not a JSON object")
     for name, kind in _REQUIRED.items():

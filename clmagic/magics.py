@@ -11,7 +11,7 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 from traitlets import Bool
 
 from .compiler import BuildResult, Compiler
-from .config import warn_once
+from .config import warn
 from .errors import OptionsError
 
 __all__ = ["CLMagics", "split_opts"]
@@ -68,7 +68,7 @@ class CLMagics(Magics):
         for kname, kernel in result.kernels.items():
             old = ns.get(kname)
             if old is not None and not isinstance(old, cl.Kernel):
-                warn_once(
+                warn(
                     f"kernel {kname!r} not bound: {kname!r} is already a "
                     f"{type(old).__name__} in your namespace (use --name VAR and VAR's kernels)"
                 )
@@ -108,7 +108,7 @@ class CLMagics(Magics):
         )
         self._bind(result, args.name)
         if not result.kernels:
-            warn_once("the cell compiled but defines no __kernel function")
+            warn("the cell compiled but defines no __kernel function: nothing bound")
         if not (args.quiet or self.quiet):
             from IPython.display import display
 

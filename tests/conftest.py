@@ -127,3 +127,6 @@ def shell(ipshell, compiler):
     ipshell.register_magics(CLMagics(shell=ipshell, compiler=compiler))
     yield ipshell
     ipshell.reset(new_session=False)
+
+
+from stores import store_factory  # noqa: E402, F401  (the store backends fixture, tests/stores.py)

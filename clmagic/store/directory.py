@@ -2,6 +2,10 @@
 
 Files are written to an exclusively created temp file in the same folder and renamed into place,
 so readers see either the old entry or the new one, never half of one; there are no locks.
+A rename replaces a symlink planted at the entry's path instead of writing through it, and
+entries are opened with ``O_NOFOLLOW``. Temp files left by a writer that died are swept when
+their key is next looked up. A folder that is world-writable or owned by another user is refused
+unless trusted explicitly (``CLMAGIC_CACHE_TRUST=1``).
 """
 
 from __future__ import annotations
@@ -9,6 +13,9 @@ from __future__ import annotations
 import errno
 import os
 import secrets
+import shutil
+import stat
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,7 +27,33 @@ from .base import Store
 __all__ = ["DirectoryStore"]
 
 SUFFIX = ".clbin"
+TMP = ".tmp."
+#: a temp file older than this is a leftover even when its writer's pid is in use again
+STALE_TMP_S = 600.0
 _O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_FULL = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
+
+
+def hostile(path: Path) -> str | None:
+    """Why the folder ``path`` must not be trusted with binaries, or ``None``: world-writable
+    (sticky bit or not), or owned by another user."""
+    st = path.stat()
+    if st.st_mode & stat.S_IWOTH:
+        return f"it is world-writable (mode {stat.S_IMODE(st.st_mode):04o})"
+    uid = os.geteuid() if hasattr(os, "geteuid") else st.st_uid
+    if st.st_uid != uid:
+        return f"it is owned by another user (uid {st.st_uid}, you are {uid})"
+    return None
 
 
 def _is_hex(name: str, length: int) -> bool:
@@ -38,17 +71,26 @@ class DirectoryStore(Store):
         self.reason = ""
 
     @classmethod
-    def open(cls, root: str | os.PathLike[str]) -> DirectoryStore | None:
+    def open(cls, root: str | os.PathLike[str], trust: bool = False) -> DirectoryStore | None:
         """A store at ``root``, created if missing; ``None`` (after one warning) when the folder
-        cannot be created or read. A folder that exists but cannot be written is opened
-        read-only: hits are served, nothing is stored."""
+        cannot be created or read, or is world-writable or another user's and ``trust`` is not
+        set. A folder that exists but cannot be written is opened read-only: hits are served,
+        nothing is stored."""
         path = Path(root)
         try:
             path.mkdir(mode=0o700, parents=True, exist_ok=True)
             os.listdir(path)
+            why = None if trust else hostile(path)
         except OSError as exc:
             warn_once(
                 f"cache folder {path} cannot be used ({exc.strerror}); caching in memory only"
+            )
+            return None
+        if why:
+            warn_once(
+                f"cache folder {path} is refused: {why}, so others could plant binaries in it; "
+                "caching in memory only. Use a private folder (chmod 700, your own), or set "
+                "CLMAGIC_CACHE_TRUST=1 to use it anyway"
             )
             return None
         store = cls(path)
@@ -78,10 +120,17 @@ class DirectoryStore(Store):
         try:
             fd = os.open(path, os.O_RDONLY | _O_NOFOLLOW)
         except FileNotFoundError:
+            swept = self._sweep(path)
+            if swept:
+                raise CorruptEntry(
+                    f"{swept} leftover temp file(s) of an interrupted write removed"
+                ) from None
             return None
         except OSError as exc:
             if exc.errno == errno.ENOTDIR:
                 return None
+            if exc.errno == errno.ELOOP:
+                raise CorruptEntry(f"{path.name} is a symlink, not an entry") from None
             raise CorruptEntry(f"cannot open {path.name}: {exc.strerror}") from None
         try:
             with os.fdopen(fd, "rb", buffering=0) as fh:
@@ -93,25 +142,59 @@ class DirectoryStore(Store):
             raise CorruptEntry(f"cannot read {path.name}: {exc.strerror}") from None
         return decode(data, key=key, fingerprint=fingerprint)
 
+    def _sweep(self, path: Path) -> int:
+        """Remove leftover temp files of ``path`` whose writer is gone; how many."""
+        try:
+            names = os.listdir(path.parent)
+        except OSError:
+            return 0
+        count = 0
+        prefix = path.name + TMP
+        for name in names:
+            if not name.startswith(prefix):
+                continue
+            tmp = path.parent / name
+            try:
+                pid = int(name[len(prefix):].split(".", 1)[0])
+                age = time.time() - tmp.lstat().st_mtime
+            except (ValueError, OSError):
+                continue
+            if pid <= 0 or (_alive(pid) and age < STALE_TMP_S):
+                continue  # a writer at work (this process's other threads, or another one)
+            try:
+                tmp.unlink()
+                count += 1
+            except OSError:
+                continue
+        return count
+
     def put(self, entry: Entry) -> bool:
         if not self.writable:
             return False
         path = self._path(entry.fingerprint, entry.key)
         data = encode(entry)
-        tmp = path.with_name(f"{path.name}.tmp.{os.getpid()}.{secrets.token_hex(4)}")
+        tmp = path.with_name(f"{path.name}{TMP}{os.getpid()}.{secrets.token_hex(4)}")
         try:
             path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW, 0o600)
             try:
                 with os.fdopen(fd, "wb") as fh:
                     fh.write(data)
-                os.replace(tmp, path)
+                try:
+                    os.replace(tmp, path)
+                except IsADirectoryError:  # a directory squats the entry's name: repair
+                    shutil.rmtree(path)
+                    os.replace(tmp, path)
             except BaseException:
                 tmp.unlink(missing_ok=True)
                 raise
+        except FileNotFoundError:
+            return False  # the temp file was swept under us (another host's writer); harmless
         except OSError as exc:
-            if exc.errno == errno.EISDIR or (path.is_dir() and not path.is_symlink()):
-                return False  # a directory squats the entry's name; get() reports it as corrupt
+            if exc.errno in _FULL:
+                self.reason = f"disk full: {exc.strerror}"
+                warn_once(f"cache {self.root} is full ({exc.strerror}): entries are not saved")
+                return False
             self._disable_writes(exc.strerror or str(exc))
             return False
         return True
@@ -120,14 +203,10 @@ class DirectoryStore(Store):
         path = self._path(fingerprint, key)
         try:
             if path.is_dir() and not path.is_symlink():
-                import shutil
-
                 shutil.rmtree(path)
             else:
                 path.unlink()
             return True
-        except FileNotFoundError:
-            return False
         except OSError:
             return False
 

@@ -1,0 +1,276 @@
+"""The fault matrix: every kind of damage is detected, counted as CORRUPT, rebuilt and rewritten;
+environment faults (read-only, full disk) degrade to compiling. Run for every store backend.
+
+``FAULTS`` is the table in docs/reliability.md (``test_reliability_doc_is_the_fault_table``
+checks it; ``CLMAGIC_WRITE_DOCS=1`` rewrites it).
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+import struct
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, child_env
+from stores import can_drop_dac, drop_dac
+
+from clmagic import Compiler, Outcome
+from clmagic.config import Settings
+from clmagic.entry import FORMAT_VERSION, HEADER, Entry, decode
+
+SRC = """\
+__kernel void fill(__global int *a)
+{
+    const int i = get_global_id(0);
+    a[i] = 3 * i + 1;
+}
+"""
+
+
+
+def check(r) -> bool:
+    """Run the ``fill`` kernel of a build result: does it compute what SRC says?"""
+    import numpy as np
+    import pyopencl as cl
+
+    a = np.zeros(16, np.int32)
+    buf = cl.Buffer(r.context, cl.mem_flags.WRITE_ONLY, a.nbytes)
+    r.kernels["fill"](r.queue, a.shape, None, buf)
+    cl.enqueue_copy(r.queue, a, buf)
+    return bool((a == 3 * np.arange(16) + 1).all())
+
+
+CHILD = inspect.getsource(check) + """
+import json, os, clmagic
+c = clmagic.Compiler()
+out = []
+for src in json.loads(os.environ["SOURCES"]):
+    r = c.build(src)
+    out.append({"outcome": r.outcome, "saved": r.saved, "note": r.note,
+                "correct": check(r) if "fill" in r.kernels else None})
+print(json.dumps({"builds": out, "corrupt": c.history.tally["CORRUPT"],
+                  "store": c.store is not None}))
+"""
+
+
+def _meta_len(b: bytes) -> int:
+    return HEADER.unpack_from(b)[2]
+
+
+def _flip(b: bytes, i: int) -> bytes:
+    return b[:i] + bytes([b[i] ^ 0xFF]) + b[i + 1:]
+
+
+@dataclass(frozen=True)
+class Fault:
+    id: str
+    fault: str
+    outcome: str
+    result: str
+    test: str
+    damage: Callable[[bytes], bytes] | None = None  # byte-level damage, every backend
+    plant: bool = False  # backend-specific damage (StoreFactory.plant)
+    child: bool = False  # the rebuild runs in a child that obeys file permissions
+
+
+REPAIRED = "rebuilt, entry rewritten, one warning, counted CORRUPT"
+ENTRY = "test_damaged_entry_is_detected_counted_and_repaired"
+FAULTS = [
+    Fault("truncated", "truncated file", Outcome.CORRUPT, REPAIRED, ENTRY,
+          damage=lambda b: b[: len(b) * 2 // 3]),
+    Fault("zero-length", "zero-length file", Outcome.CORRUPT, REPAIRED, ENTRY,
+          damage=lambda b: b""),
+    Fault("flipped-binary", "a flipped byte in the binary", Outcome.CORRUPT, REPAIRED, ENTRY,
+          damage=lambda b: _flip(b, HEADER.size + _meta_len(b) + 100)),
+    Fault("flipped-meta", "a flipped byte in the metadata", Outcome.CORRUPT, REPAIRED, ENTRY,
+          damage=lambda b: _flip(b, HEADER.size + _meta_len(b) // 2)),
+    Fault("bad-magic", "bad magic bytes", Outcome.CORRUPT, REPAIRED, ENTRY,
+          damage=lambda b: b"NOTCLMAG" + b[8:]),
+    Fault("newer-version", "a newer format version", Outcome.CORRUPT, REPAIRED, ENTRY,
+          damage=lambda b: b[:8] + struct.pack("<I", FORMAT_VERSION + 1) + b[12:]),
+    Fault("directory", "a directory where the file should be", Outcome.CORRUPT,
+          REPAIRED + "; the directory is removed", ENTRY, plant=True),
+    Fault("leftover-temp", "a temp file left by a writer killed mid-write (no entry)",
+          Outcome.CORRUPT, REPAIRED + "; the stale temp file is removed", ENTRY, plant=True),
+    Fault("symlink", "a symlink planted at the entry's path", Outcome.CORRUPT,
+          REPAIRED + "; not followed (its target is untouched)", ENTRY, plant=True),
+    Fault("unreadable", "an unreadable file (permissions)", Outcome.CORRUPT, REPAIRED, ENTRY,
+          plant=True, child=True),
+    Fault("driver-refuses", "a binary the driver refuses (another driver's, checksums valid)",
+          Outcome.CORRUPT, REPAIRED, "test_a_binary_the_driver_refuses_is_corrupt"),
+    Fault("read-only", "a read-only cache directory", "HIT / MISS",
+          "stored entries are served (HIT); new builds MISS and are not saved; one warning",
+          "test_read_only_cache_serves_hits_stores_nothing_says_so_once"),
+    Fault("full-disk", "a full disk (RLIMIT_FSIZE)", Outcome.MISS,
+          "built, not saved, no partial or temp file left, one warning",
+          "test_full_disk_builds_saves_nothing_leaves_nothing"),
+    Fault("hostile-dir", "a world-writable cache directory, or one owned by another user",
+          "MISS / MEMORY", "refused: memory only, one warning naming CLMAGIC_CACHE_TRUST=1",
+          "test_hostile.py::test_hostile_cache_folder_is_refused"),
+]
+
+
+def render_table() -> str:
+    """The fault matrix as a Markdown table."""
+    rows = ["| fault | outcome of the next build | what happens | test |",
+            "|---|---|---|---|"]
+    for f in FAULTS:
+        rows.append(f"| {f.fault} | {f.outcome} | {f.result} | `{f.test}` |")
+    return "\n".join(rows) + "\n"
+
+
+def _settings(location: str, device: str) -> Settings:
+    return Settings.from_env({"CLMAGIC_CACHE_DIR": location, "CLMAGIC_DEVICE": device})
+
+
+def _child(sources: list[str], env: dict[str, str], unprivileged=False, preexec=None):
+    proc = subprocess.run(
+        [sys.executable, "-c", CHILD], env=child_env(SOURCES=json.dumps(sources), **env),
+        capture_output=True, text=True, timeout=240,
+        preexec_fn=preexec or (drop_dac if unprivileged else None),
+    )
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1]), proc.stderr
+
+
+def _warnings(err: str) -> list[str]:
+    return [ln for ln in err.splitlines() if ln.startswith("clmagic: warning")]
+
+
+ENTRY_FAULTS = [f for f in FAULTS if f.test == ENTRY]
+
+
+@pytest.mark.parametrize("fault", ENTRY_FAULTS, ids=[f.id for f in ENTRY_FAULTS])
+def test_damaged_entry_is_detected_counted_and_repaired(fault, store_factory, tmp_path, pocl,
+                                                         capsys):
+    store, location = store_factory(tmp_path)
+    settings = _settings(location, pocl)
+    first = Compiler(settings, store=store).build(SRC)
+    fp, key = first.device.fingerprint, first.key
+    assert first.outcome == Outcome.MISS and first.saved
+    if fault.damage:
+        store_factory.write_raw(store, fp, key, fault.damage(store_factory.raw(store, fp, key)))
+    if fault.plant:
+        if fault.child and not can_drop_dac():
+            pytest.skip("running as root without CAP_SETPCAP: cannot deny a read to root")
+        store_factory.plant(store, fp, key, fault.id)
+    capsys.readouterr()
+
+    if fault.child:
+        report, err = _child([SRC], {**store_factory.env(location), "CLMAGIC_DEVICE": pocl},
+                             unprivileged=True)
+        (build,) = report["builds"]
+        outcome, correct, corrupt = build["outcome"], build["correct"], report["corrupt"]
+    else:
+        c = Compiler(settings, store=store_factory.reopen(location))
+        r = c.build(SRC)
+        outcome, correct, corrupt = r.outcome, check(r), c.history.tally[Outcome.CORRUPT]
+        assert r.saved and c.history.records[-1].outcome == Outcome.CORRUPT
+        err = capsys.readouterr().err
+    assert outcome == fault.outcome == Outcome.CORRUPT
+    assert correct, "the rebuilt program computes the right thing"
+    assert corrupt == 1
+    (warning,) = _warnings(err)
+    assert "damaged" in warning and key[:12] in warning
+
+    entry = decode(store_factory.raw(store, fp, key), key=key, fingerprint=fp)
+    assert entry.kernels == ["fill"]  # rewritten, valid
+    again = Compiler(settings, store=store_factory.reopen(location)).build(SRC)
+    assert again.outcome == Outcome.HIT and check(again)
+    if fault.id == "symlink":
+        assert Path(location + "-victim").read_bytes() == b"precious"
+    if store_factory.name == "directory":
+        folder = Path(location) / fp
+        assert sorted(p.name for p in folder.iterdir()) == [f"{key}.clbin"]
+
+
+def test_a_binary_the_driver_refuses_is_corrupt(store_factory, tmp_path, pocl, oclgrind,
+                                                 capsys):
+    """POCL's binary filed, with valid checksums, under Oclgrind's key: Oclgrind refuses it."""
+    store, location = store_factory(tmp_path)
+    foreign = Compiler(_settings(location, pocl), store=store).build(SRC)
+    settings = _settings(location, oclgrind)
+    mine = Compiler(settings, store=store).build(SRC)
+    fp, key = mine.device.fingerprint, mine.key
+    meta = {k: v for k, v in store.get(fp, key).meta.items()
+            if k not in ("key", "fingerprint", "binary_bytes", "binary_sha256")}
+    pocl_binary = store.get(foreign.device.fingerprint, foreign.key).binary
+    assert store.put(Entry.create(key, fp, pocl_binary, **meta))
+    capsys.readouterr()
+    c = Compiler(settings, store=store_factory.reopen(location))
+    r = c.build(SRC)
+    assert r.outcome == Outcome.CORRUPT and check(r)
+    (warning,) = _warnings(capsys.readouterr().err)
+    assert "driver refused" in warning
+    assert store.get(fp, key).binary != pocl_binary
+    assert Compiler(settings, store=store_factory.reopen(location)).build(SRC).outcome == "HIT"
+
+
+def test_read_only_cache_serves_hits_stores_nothing_says_so_once(tmp_path, pocl):
+    if not can_drop_dac():
+        pytest.skip("running as root without CAP_SETPCAP: cannot make a folder read-only")
+    cache = tmp_path / "cache"
+    first = Compiler(_settings(str(cache), pocl)).build(SRC)
+    for folder in (cache / first.device.fingerprint, cache):
+        folder.chmod(0o500)
+    before = sorted(cache.rglob("*"))
+    try:
+        others = [SRC + "// another key\n", SRC + "// a third key\n"]
+        report, err = _child([SRC, *others], {"CLMAGIC_CACHE_DIR": str(cache),
+                                              "CLMAGIC_DEVICE": pocl}, unprivileged=True)
+    finally:
+        for folder in (cache, cache / first.device.fingerprint):
+            folder.chmod(0o700)
+    builds = report["builds"]
+    assert [b["outcome"] for b in builds] == ["HIT", "MISS", "MISS"]
+    assert all(b["correct"] and not b["saved"] for b in builds)
+    assert all("not saved" in b["note"] for b in builds[1:])
+    (warning,) = _warnings(err)
+    assert "read-only" in warning
+    assert sorted(cache.rglob("*")) == before
+
+
+def test_full_disk_builds_saves_nothing_leaves_nothing(tmp_path, oclgrind):
+    """RLIMIT_FSIZE of 1 KiB in the child (Oclgrind builds in memory; an entry is ~3 KiB)."""
+    import resource
+    import signal
+
+    def limit():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (1024, 1024))
+
+    cache = tmp_path / "cache"
+    sources = [SRC, SRC + "// another key\n"]
+    report, err = _child(sources, {"CLMAGIC_CACHE_DIR": str(cache), "CLMAGIC_DEVICE": oclgrind},
+                         preexec=limit)
+    assert [b["outcome"] for b in report["builds"]] == ["MISS", "MISS"]
+    assert all(b["correct"] and not b["saved"] for b in report["builds"]), report
+    assert "disk full" in report["builds"][0]["note"]
+    (warning,) = _warnings(err)
+    assert "full" in warning
+    assert [p for p in cache.rglob("*") if p.is_file()] == []
+    # with room again, the same cache works
+    report, _ = _child(sources, {"CLMAGIC_CACHE_DIR": str(cache), "CLMAGIC_DEVICE": oclgrind})
+    assert all(b["saved"] for b in report["builds"])
+
+
+def test_reliability_doc_is_the_fault_table():
+    doc = ROOT / "docs" / "reliability.md"
+    table = render_table()
+    if os.environ.get("CLMAGIC_WRITE_DOCS") == "1":
+        text = doc.read_text()
+        start = text.index("<!-- faults -->") + len("<!-- faults -->\n")
+        end = text.index("<!-- /faults -->")
+        doc.write_text(text[:start] + table + text[end:])
+    assert table in doc.read_text(), "run CLMAGIC_WRITE_DOCS=1 pytest tests/test_faults.py"
+    for f in FAULTS:
+        name = f.test.split("::")[-1]
+        path = ROOT / "tests" / (f.test.split("::")[0] if "::" in f.test else "test_faults.py")
+        assert f"def {name}(" in path.read_text(), f.test
