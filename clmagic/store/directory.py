@@ -30,8 +30,11 @@ HITS_SUFFIX = ".hits"
 _O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 
 
+_HEX_CHARS = frozenset("0123456789abcdef")
+
+
 def _is_hex(name: str, length: int) -> bool:
-    return len(name) == length and all(c in "0123456789abcdef" for c in name)
+    return len(name) == length and _HEX_CHARS.issuperset(name)
 
 
 def _read_entry_meta(path: str) -> tuple[Entry | None, int]:
