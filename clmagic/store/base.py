@@ -49,7 +49,7 @@ class Store(ABC):
         seconds) and ``meta["stored_bytes"]`` (bytes the entry takes in the store).
         """
 
-    def record_hit(self, fingerprint: str, key: str) -> None:  # noqa: B027 (optional hook)
+    def record_hit(self, fingerprint: str, key: str) -> None:
         """Count one hit of an entry and set its last-used time, without rewriting the entry
         (the binary is never rewritten on a hit). Default: not tracked."""
         return None
