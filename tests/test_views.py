@@ -214,3 +214,14 @@ def test_frames_are_plain_pandas(compiler):
     assert isinstance(df, pd.DataFrame)
     assert df.groupby("device")["binary_bytes"].sum().iloc[0] == df["binary_bytes"].iloc[0]
     assert os.fspath(compiler.store.location) in df["store"].iloc[0]
+
+
+def test_clear_also_removes_use_counts_whose_entry_is_gone(compiler, cache_dir):
+    r = compiler.build(OTHER)
+    compiler.store.record_hit(r.device.fingerprint, r.key)
+    orphan = "ab" * 32
+    compiler.store.record_hit(r.device.fingerprint, orphan)  # its entry never existed
+    entry_bytes = _entry_path(cache_dir, r).stat().st_size
+    n, freed = compiler.store.clear(r.device.fingerprint)
+    assert (n, freed) == (1, entry_bytes + 2)
+    assert list((cache_dir / r.device.fingerprint).iterdir()) == []

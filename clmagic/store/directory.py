@@ -247,4 +247,24 @@ class DirectoryStore(Store):
                 continue
             count += 1
             freed += size + self._drop_hits(path)
+        freed += self._sweep_hits(fingerprint)
         return count, freed
+
+    def _sweep_hits(self, fingerprint: str | None) -> int:
+        """Remove ``.hits`` files whose entry is gone (a hit counted while another process
+        deleted the entry); returns the bytes freed."""
+        freed = 0
+        try:
+            folders = [fingerprint] if fingerprint else os.listdir(self.root)
+        except OSError:
+            return 0
+        for fp in folders:
+            folder = self.root / fp
+            try:
+                names = set(os.listdir(folder)) if _is_hex(fp, 16) else set()
+            except OSError:
+                continue
+            for name in names:
+                if name.endswith(HITS_SUFFIX) and name[: -len(HITS_SUFFIX)] + SUFFIX not in names:
+                    freed += self._drop_hits(folder / (name[: -len(HITS_SUFFIX)] + SUFFIX))
+        return freed
