@@ -14,7 +14,8 @@ from .config import Settings
 from .devices import DeviceInfo, list_devices, resolve_device
 from .entry import Entry
 from .errors import BuildError, ClmagicError, CorruptEntry, DeviceError, OptionsError
-from .records import Outcome
+from .manage import CacheInfo, Removed, cache_info, clear_cache, stats
+from .records import Outcome, Stats
 from .store import DirectoryStore, Store, open_store
 
 __version__ = "0.1.0"
@@ -31,6 +32,16 @@ __all__ = [
     "resolve_device",
     "Entry",
     "Outcome",
+    "cache_frame",
+    "history_frame",
+    "stats",
+    "Stats",
+    "cache_info",
+    "CacheInfo",
+    "clear_cache",
+    "Removed",
+    "plot_history",
+    "CacheWidget",
     "Store",
     "DirectoryStore",
     "open_store",
@@ -44,6 +55,29 @@ __all__ = [
 ]
 
 _compiler: Compiler | None = None
+
+# Names whose modules import pandas, matplotlib or ipywidgets: loaded on first use only, so
+# ``import clmagic`` and ``%load_ext clmagic`` stay light.
+_LAZY = {
+    "cache_frame": "frames",
+    "history_frame": "frames",
+    "plot_history": "plot",
+    "CacheWidget": "widget",
+}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
 
 
 def get_compiler() -> Compiler:

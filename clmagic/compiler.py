@@ -196,6 +196,7 @@ class Compiler:
                     loaded = self._load(ctx, dev, entry, opts)
                     with self._lock:
                         self._memory[(info.fingerprint, key)] = loaded
+                    self._record_hit(info.fingerprint, key)
                     return finish(Outcome.HIT, loaded, note=f"from {self.store.kind} cache")
             except (CorruptEntry, OSError) as exc:
                 outcome = Outcome.CORRUPT
@@ -221,6 +222,13 @@ class Compiler:
             saved = self.store.put(entry)
             note = "saved" if saved else f"not saved ({self.store.reason or 'store refused it'})"
         return finish(outcome, loaded, saved=saved, note=note)
+
+    def _record_hit(self, fingerprint: str, key: str) -> None:
+        """Count a store hit (MEMORY hits are not store hits: they live in the history only)."""
+        try:
+            self.store.record_hit(fingerprint, key)  # type: ignore[union-attr]
+        except Exception as exc:  # use counts are advisory; never fail a build over them
+            warn_once(f"cache {self.store!r} could not count a hit ({exc})")
 
     def _compile(self, ctx, dev, info: DeviceInfo, source: str, opts: BuildOptions,
                  line_offset: int) -> _Loaded:

@@ -1,4 +1,5 @@
-"""``%%clkernel``: a thin IPython layer over :class:`clmagic.Compiler`."""
+"""``%%clkernel`` and ``%clcache``: a thin IPython layer over :class:`clmagic.Compiler` and
+:mod:`clmagic.manage`."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import re
 
 import pyopencl as cl
 from IPython.core.error import UsageError
-from IPython.core.magic import Magics, cell_magic, magics_class
+from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 from traitlets import Bool
 
@@ -14,7 +15,9 @@ from .compiler import BuildResult, Compiler
 from .config import warn
 from .errors import OptionsError
 
-__all__ = ["CLMagics", "split_opts"]
+__all__ = ["CLMagics", "split_opts", "CLCACHE_COMMANDS"]
+
+CLCACHE_COMMANDS = ("stats", "history", "info", "clear", "widget")
 
 _OPTS = re.compile(r"(?:^|\s)--opts(?:=|\s+|$)")
 
@@ -114,3 +117,58 @@ class CLMagics(Magics):
 
             display(result)
 
+
+    @magic_arguments()
+    @argument("command", nargs="?", metavar="COMMAND", choices=CLCACHE_COMMANDS,
+              help="stats | history | info | clear | widget (none: the entries as a DataFrame).")
+    @argument("keys", nargs="*", metavar="KEY_PREFIX",
+              help="clear: only entries whose key starts with one of these (hex).")
+    @argument("--device", "-d", metavar="SPEC",
+              help='DataFrame, clear: only this device ("P:D", name part or fingerprint).')
+    @argument("--older-than", metavar="AGE",
+              help="clear: only entries not used for AGE (a number and s, m, h, d or w: 7d).")
+    @line_magic
+    def clcache(self, line: str):
+        """Explore and manage clmagic's cache.
+
+        ``%clcache``                 the stored entries as a DataFrame, most recently used first
+        ``%clcache stats``           this session's hits, misses, hit rate, time saved; entries
+                                     and bytes per device
+        ``%clcache history``         this session's build trips as a DataFrame
+        ``%clcache info``            where the cache is, its backend, the variables in effect,
+                                     the devices (* = active)
+        ``%clcache clear [--device SPEC] [--older-than AGE] [KEY_PREFIX ...]``
+                                     remove the entries matching every filter given (all when
+                                     none is), from disk and memory; says how many and bytes
+        ``%clcache widget``          the panel: choose the device, view and clear its entries
+
+        Each returns its object, so ``df = %clcache`` keeps the DataFrame.
+        """
+        from . import manage
+
+        try:
+            args = parse_argstring(self.clcache, line)
+        except UsageError as exc:
+            raise OptionsError(str(exc)) from None
+        cmd = args.command
+        if cmd != "clear" and (args.keys or args.older_than):
+            raise OptionsError("KEY_PREFIX and --older-than go with %clcache clear only")
+        if cmd not in (None, "clear") and args.device:
+            raise OptionsError("--device goes with %clcache (the DataFrame) and clear only")
+        if cmd is None:
+            from .frames import cache_frame
+
+            return cache_frame(args.device, compiler=self.compiler)
+        if cmd == "stats":
+            return manage.stats(self.compiler)
+        if cmd == "history":
+            from .frames import history_frame
+
+            return history_frame(compiler=self.compiler)
+        if cmd == "info":
+            return manage.cache_info(self.compiler)
+        if cmd == "clear":
+            return manage.clear_cache(args.device, args.older_than, args.keys, self.compiler)
+        from .widget import CacheWidget
+
+        return CacheWidget(self.compiler)

@@ -7,7 +7,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
-__all__ = ["Outcome", "Record", "History"]
+__all__ = ["Outcome", "Record", "History", "Stats", "DeviceUsage"]
 
 
 class Outcome:
@@ -90,3 +90,66 @@ class History:
 def now() -> float:
     """Wall-clock time for records."""
     return time.time()
+
+
+@dataclass
+class DeviceUsage:
+    """What one device's entries take in the store."""
+
+    fingerprint: str
+    label: str
+    entries: int = 0
+    bytes: int = 0
+    hits: int = 0
+
+
+@dataclass
+class Stats:
+    """This session's build trips and what the store holds, per device.
+
+    ``hit_rate`` is the share of cached trips (HIT, MEMORY, MISS, CORRUPT; not BYPASS) that did
+    not need the driver's build; ``saved_ms`` is original build time minus load time, summed.
+    """
+
+    hits: int = 0
+    misses: int = 0
+    memory: int = 0
+    corrupt: int = 0
+    bypass: int = 0
+    saved_ms: float = 0.0
+    location: str = "memory only"
+    devices: list[DeviceUsage] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, records: list[Record], **kwargs) -> Stats:
+        """Count ``records`` (other fields from ``kwargs``)."""
+        n = Counter(r.outcome for r in records)
+        return cls(hits=n[Outcome.HIT], misses=n[Outcome.MISS], memory=n[Outcome.MEMORY],
+                   corrupt=n[Outcome.CORRUPT], bypass=n[Outcome.BYPASS],
+                   saved_ms=sum(r.saved_ms for r in records), **kwargs)
+
+    @property
+    def hit_rate(self) -> float | None:
+        """Share of cached trips served without a driver build; ``None`` before any trip."""
+        total = self.hits + self.memory + self.misses + self.corrupt
+        return (self.hits + self.memory) / total if total else None
+
+    @property
+    def entries(self) -> int:
+        """Entries in the store, all devices."""
+        return sum(d.entries for d in self.devices)
+
+    @property
+    def bytes(self) -> int:
+        """Bytes the store's entries take, all devices."""
+        return sum(d.bytes for d in self.devices)
+
+    def __str__(self) -> str:
+        from .report import stats_text
+
+        return stats_text(self)
+
+    def _repr_html_(self) -> str:
+        from .report import stats_html
+
+        return stats_html(self)

@@ -7,8 +7,10 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from .compiler import BuildResult
+    from .records import Stats
 
-__all__ = ["result_text", "result_html", "COLOURS"]
+__all__ = ["result_text", "result_html", "stats_text", "stats_html", "fmt_bytes", "fmt_duration",
+           "COLOURS"]
 
 COLOURS = {
     "MISS": "#c0392b",
@@ -70,4 +72,62 @@ def result_html(r: BuildResult) -> str:
     return (
         f'<div class="clmagic-result" data-outcome="{word}" title="key {r.key}" '
         f'style="font-family:monospace;font-size:90%">{badge} {body}{log}</div>'
+    )
+
+
+def fmt_bytes(n: int) -> str:
+    """``512 B``, ``12.3 KB``, ``4.56 MB`` (powers of 1000)."""
+    if n < 1000:
+        return f"{n} B"
+    if n < 1_000_000:
+        return f"{n / 1000:.1f} KB"
+    return f"{n / 1_000_000:.2f} MB"
+
+
+def fmt_duration(ms: float) -> str:
+    """``850 ms``, ``12.4 s``, ``3.2 min``."""
+    if ms < 1000:
+        return f"{ms:.0f} ms"
+    if ms < 60_000:
+        return f"{ms / 1000:.1f} s"
+    return f"{ms / 60_000:.1f} min"
+
+
+def _rate(s: Stats) -> str:
+    return "n/a" if s.hit_rate is None else f"{s.hit_rate:.0%}"
+
+
+def stats_text(s: Stats) -> str:
+    """Counts of this session, then one line per device in the store."""
+    lines = [
+        f"session: {s.hits} hits, {s.memory} memory hits, {s.misses} misses, "
+        f"{s.corrupt} corrupt, {s.bypass} bypassed · hit rate {_rate(s)} · "
+        f"{fmt_duration(s.saved_ms)} saved",
+        f"store:   {s.location} · {s.entries} entries · {fmt_bytes(s.bytes)}",
+    ]
+    for d in s.devices:
+        lines.append(f"  {d.label} ({d.fingerprint}): {d.entries} entries, "
+                     f"{fmt_bytes(d.bytes)}, {d.hits} hits")
+    return "\n".join(lines)
+
+
+def stats_html(s: Stats) -> str:
+    """The statistics as two small tables."""
+    cells = [("hits", s.hits), ("memory hits", s.memory), ("misses", s.misses),
+             ("corrupt", s.corrupt), ("bypassed", s.bypass), ("hit rate", _rate(s)),
+             ("time saved", fmt_duration(s.saved_ms))]
+    head = "".join(f"<th>{html.escape(k)}</th>" for k, _ in cells)
+    row = "".join(f"<td>{html.escape(str(v))}</td>" for _, v in cells)
+    devs = "".join(
+        f"<tr><td>{html.escape(d.label)}</td><td><code>{d.fingerprint}</code></td>"
+        f"<td>{d.entries}</td><td>{fmt_bytes(d.bytes)}</td><td>{d.hits}</td></tr>"
+        for d in s.devices
+    ) or '<tr><td colspan="5">no entries</td></tr>'
+    return (
+        '<div class="clmagic-stats">'
+        f"<table><tr>{head}</tr><tr>{row}</tr></table>"
+        f"<p>store: <code>{html.escape(s.location)}</code> · {s.entries} entries · "
+        f"{fmt_bytes(s.bytes)}</p>"
+        "<table><tr><th>device</th><th>fingerprint</th><th>entries</th><th>size</th>"
+        f"<th>hits</th></tr>{devs}</table></div>"
     )

@@ -54,10 +54,12 @@ print(json.dumps({"outcomes": outcomes, "errors": errors, "ran": a.tolist() == [
 
 
 def _check_folder(cache, expect: int) -> None:
-    files = [p for p in cache.rglob("*") if p.is_file()]
-    assert len(files) == expect, sorted(p.name for p in files if not p.name.endswith(".clbin"))
+    every = [p for p in cache.rglob("*") if p.is_file()]
+    stray = [p.name for p in every if p.suffix not in (".clbin", ".hits")]
+    assert not stray, f"stray files {stray}"  # no temp or lock files
+    files = [p for p in every if p.suffix == ".clbin"]
+    assert len(files) == expect
     for path in files:
-        assert path.suffix == ".clbin", f"stray file {path.name}"
         entry = decode(path.read_bytes(), key=path.stem, fingerprint=path.parent.name)
         assert entry.kernels[0].startswith("k")
 

@@ -6,11 +6,17 @@ A rename replaces a symlink planted at the entry's path instead of writing throu
 entries are opened with ``O_NOFOLLOW``. Temp files left by a writer that died are swept when
 their key is next looked up. A folder that is world-writable or owned by another user is refused
 unless trusted explicitly (``CLMAGIC_CACHE_TRUST=1``).
+
+Use is tracked beside each entry, never in it: a hit appends one byte to ``<key>.hits``
+(``O_APPEND``, so concurrent hits from several processes all count), whose size is the hit count
+and whose modification time is the last use. Listing reads each entry's header and metadata (not
+the binary) and stats the ``.hits`` files.
 """
 
 from __future__ import annotations
 
 import errno
+import io
 import os
 import secrets
 import shutil
@@ -20,7 +26,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from ..config import warn_once
-from ..entry import Entry, decode, encode, read_meta
+from ..entry import HEADER, MAX_META, Entry, decode, encode, read_meta
 from ..errors import CorruptEntry
 from .base import Store
 
@@ -30,6 +36,7 @@ SUFFIX = ".clbin"
 TMP = ".tmp."
 #: a temp file older than this is a leftover even when its writer's pid is in use again
 STALE_TMP_S = 600.0
+HITS_SUFFIX = ".hits"
 _O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _FULL = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
 
@@ -56,8 +63,31 @@ def hostile(path: Path) -> str | None:
     return None
 
 
+_HEX_CHARS = frozenset("0123456789abcdef")
+
+
 def _is_hex(name: str, length: int) -> bool:
-    return len(name) == length and all(c in "0123456789abcdef" for c in name)
+    return len(name) == length and _HEX_CHARS.issuperset(name)
+
+
+def _read_entry_meta(path: str) -> tuple[Entry | None, int]:
+    """Header and metadata of one entry file (one read, two for big metadata) and the file's
+    size; ``(None, 0)`` when it cannot be read or fails its checks."""
+    try:
+        fd = os.open(path, os.O_RDONLY | _O_NOFOLLOW)
+    except OSError:
+        return None, 0
+    try:
+        buf = os.read(fd, 8192)
+        if len(buf) >= HEADER.size:
+            need = HEADER.size + min(HEADER.unpack_from(buf)[2], MAX_META)
+            if need > len(buf):
+                buf += os.pread(fd, need - len(buf), len(buf))
+        return read_meta(io.BytesIO(buf)), os.fstat(fd).st_size
+    except (OSError, CorruptEntry):
+        return None, 0
+    finally:
+        os.close(fd)
 
 
 class DirectoryStore(Store):
@@ -199,8 +229,35 @@ class DirectoryStore(Store):
             return False
         return True
 
+    def record_hit(self, fingerprint: str, key: str) -> None:
+        """Append one byte to the entry's ``.hits`` file (its size counts the hits, its mtime is
+        the last use); the entry file is not touched. Failures are ignored: use counts are
+        advisory and must never cost a build."""
+        if not self.writable:
+            return
+        path = self._path(fingerprint, key).with_suffix(HITS_SUFFIX)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | _O_NOFOLLOW, 0o600)
+            try:
+                os.write(fd, b"+")
+            finally:
+                os.close(fd)
+        except OSError:
+            pass
+
+    def _drop_hits(self, entry_path: Path) -> int:
+        """Remove the ``.hits`` file beside an entry; returns the bytes it took."""
+        hits = entry_path.with_suffix(HITS_SUFFIX)
+        try:
+            size = hits.lstat().st_size
+            hits.unlink()
+            return size
+        except OSError:
+            return 0
+
     def delete(self, fingerprint: str, key: str) -> bool:
         path = self._path(fingerprint, key)
+        self._drop_hits(path)
         try:
             if path.is_dir() and not path.is_symlink():
                 shutil.rmtree(path)
@@ -227,15 +284,37 @@ class DirectoryStore(Store):
                     yield folder / name
 
     def entries(self, fingerprint: str | None = None) -> Iterator[Entry]:
-        for path in self._files(fingerprint):
-            try:
-                fd = os.open(path, os.O_RDONLY | _O_NOFOLLOW)
-                with os.fdopen(fd, "rb") as fh:
-                    entry = read_meta(fh)
-            except (OSError, CorruptEntry):
+        try:
+            folders = [fingerprint] if fingerprint else sorted(os.listdir(self.root))
+        except OSError:
+            return
+        for fp in folders:
+            if not _is_hex(fp, 16):
                 continue
-            entry.meta["stored_bytes"] = path.stat().st_size
-            yield entry
+            folder = os.path.join(self.root, fp)
+            try:
+                names = set(os.listdir(folder))
+            except OSError:
+                continue
+            for name in names:
+                key = name[: -len(SUFFIX)]
+                if not (name.endswith(SUFFIX) and _is_hex(key, 64)):
+                    continue
+                entry, size = _read_entry_meta(os.path.join(folder, name))
+                if entry is None or entry.key != key or entry.fingerprint != fp:
+                    continue  # unreadable, damaged or filed under another name
+                meta = entry.meta
+                meta["hits"], meta["last_used"] = 0, meta["created"]
+                if key + HITS_SUFFIX in names:
+                    try:
+                        use = os.stat(os.path.join(folder, key + HITS_SUFFIX),
+                                      follow_symlinks=False)
+                        meta["hits"], meta["last_used"] = use.st_size, use.st_mtime
+                        size += use.st_size
+                    except OSError:
+                        pass
+                meta["stored_bytes"] = size
+                yield entry
 
     def clear(self, fingerprint: str | None = None) -> tuple[int, int]:
         count = freed = 0
@@ -246,5 +325,25 @@ class DirectoryStore(Store):
             except OSError:
                 continue
             count += 1
-            freed += size
+            freed += size + self._drop_hits(path)
+        freed += self._sweep_hits(fingerprint)
         return count, freed
+
+    def _sweep_hits(self, fingerprint: str | None) -> int:
+        """Remove ``.hits`` files whose entry is gone (a hit counted while another process
+        deleted the entry); returns the bytes freed."""
+        freed = 0
+        try:
+            folders = [fingerprint] if fingerprint else os.listdir(self.root)
+        except OSError:
+            return 0
+        for fp in folders:
+            folder = self.root / fp
+            try:
+                names = set(os.listdir(folder)) if _is_hex(fp, 16) else set()
+            except OSError:
+                continue
+            for name in names:
+                if name.endswith(HITS_SUFFIX) and name[: -len(HITS_SUFFIX)] + SUFFIX not in names:
+                    freed += self._drop_hits(folder / (name[: -len(HITS_SUFFIX)] + SUFFIX))
+        return freed

@@ -1,0 +1,227 @@
+"""Looking after the cache without IPython: pick entries by device, age and key prefix, remove
+them, count what the store holds and what this session's trips saved, say where the cache is.
+
+Every function takes an optional ``compiler`` (default: the process-wide one) and uses its store;
+they are the library under ``%clcache`` and the cache widget.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from . import devices as _devices
+from .errors import DeviceError, OptionsError
+from .records import DeviceUsage, Stats
+from .report import fmt_bytes
+
+if TYPE_CHECKING:
+    from .compiler import Compiler
+    from .devices import DeviceInfo
+    from .entry import Entry
+    from .store import Store
+
+__all__ = ["parse_age", "device_fingerprints", "select_entries", "remove_entries", "clear_cache",
+           "Removed", "stats", "cache_info", "CacheInfo", "entry_label"]
+
+_AGE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d|w)\s*$", re.IGNORECASE)
+_UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+_HEX = re.compile(r"^[0-9a-f]{1,64}$")
+
+
+def _compiler(compiler: Compiler | None) -> Compiler:
+    if compiler is not None:
+        return compiler
+    from . import get_compiler
+
+    return get_compiler()
+
+
+def parse_age(text: str) -> float:
+    """Seconds in an age such as ``90s``, ``30m``, ``12h``, ``7d``, ``2w``."""
+    m = _AGE.match(str(text))
+    if not m:
+        raise OptionsError(f"age {text!r} not understood: use a number and s, m, h, d or w "
+                           "(e.g. 7d)")
+    return float(m[1]) * _UNIT[m[2].lower()]
+
+
+def entry_label(meta: dict) -> str:
+    """``platform · device`` of a stored entry."""
+    return f"{meta.get('platform', '?')} · {meta.get('device', '?')}"
+
+
+def device_fingerprints(spec: object, entries: Iterable[Entry] = ()) -> set[str]:
+    """The device fingerprints ``spec`` names.
+
+    A device of this machine (``P:D`` index, name substring, fingerprint, :class:`DeviceInfo`)
+    names its own fingerprint. For entries of devices this machine lacks, a fingerprint prefix or
+    a substring of the stored ``platform · device`` matches too. Nothing matched: DeviceError.
+    """
+    try:
+        return {_devices.resolve_device(spec)[0].fingerprint}  # type: ignore[arg-type]
+    except DeviceError as exc:
+        needle = str(spec).strip().lower()
+        found = {
+            e.fingerprint for e in entries
+            if needle and (e.fingerprint.startswith(needle)
+                           or needle in entry_label(e.meta).lower().replace(" · ", " "))
+        }
+        if not found:
+            raise exc from None
+        return found
+
+
+def select_entries(store: Store, device: object = None, older_than: str | float | None = None,
+                   prefixes: Iterable[str] = (), now: float | None = None) -> list[Entry]:
+    """Entries (metadata only) of ``device`` that were last used more than ``older_than`` ago
+    (an age string or seconds; last use is the last hit, else the build) and whose key starts
+    with one of ``prefixes`` (all when empty)."""
+    prefixes = [p.strip().lower() for p in prefixes]
+    for p in prefixes:
+        if not _HEX.match(p):
+            raise OptionsError(f"key prefix {p!r} is not hexadecimal (keys are SHA-256 hex)")
+    age = None if older_than is None else (
+        older_than if isinstance(older_than, (int, float)) else parse_age(older_than))
+    entries = list(store.entries())
+    if device is not None and device != "":
+        fps = device_fingerprints(device, entries)
+        entries = [e for e in entries if e.fingerprint in fps]
+    if age is not None:
+        cutoff = (time.time() if now is None else now) - age
+        entries = [e for e in entries if _last_used(e) < cutoff]
+    if prefixes:
+        entries = [e for e in entries if e.key.startswith(tuple(prefixes))]
+    return entries
+
+
+def _last_used(e: Entry) -> float:
+    return float(e.meta.get("last_used") or e.meta.get("created") or 0.0)
+
+
+@dataclass
+class Removed:
+    """What a clear removed."""
+
+    entries: int = 0
+    bytes: int = 0
+    location: str = ""
+    keys: list[str] = field(default_factory=list)
+
+    def __str__(self) -> str:
+        where = f" from {self.location}" if self.location else ""
+        s = "y" if self.entries == 1 else "ies"
+        return f"removed {self.entries} entr{s} ({fmt_bytes(self.bytes)}){where}"
+
+    __repr__ = __str__
+
+    def _repr_html_(self) -> str:
+        return f'<div class="clmagic-removed">{html.escape(str(self))}</div>'
+
+
+def remove_entries(entries: Iterable[Entry], compiler: Compiler | None = None) -> Removed:
+    """Delete these entries from the store and from memory; count what went."""
+    c = _compiler(compiler)
+    out = Removed(location=_where(c.store))
+    if c.store is None:
+        return out
+    for e in entries:
+        c.forget(e.fingerprint, e.key)
+        if c.store.delete(e.fingerprint, e.key):
+            out.entries += 1
+            out.bytes += int(e.meta.get("stored_bytes") or e.meta.get("binary_bytes") or 0)
+            out.keys.append(e.key)
+    return out
+
+
+def clear_cache(device: object = None, older_than: str | float | None = None,
+                keys: Iterable[str] = (), compiler: Compiler | None = None) -> Removed:
+    """Remove the entries that match every filter given (all entries when none is), from the
+    store and from this process's memory; says how many entries and bytes went."""
+    c = _compiler(compiler)
+    keys = list(keys)
+    if c.store is None:
+        return Removed(location=_where(None))
+    if older_than is None and not keys:  # whole devices: the store clears them itself
+        entries = list(c.store.entries()) if device not in (None, "") else []
+        fps = [None] if device in (None, "") else sorted(device_fingerprints(device, entries))
+        out = Removed(location=_where(c.store))
+        for fp in fps:
+            n, freed = c.store.clear(fp)
+            c.forget(fp)
+            out.entries += n
+            out.bytes += freed
+        return out
+    return remove_entries(select_entries(c.store, device, older_than, keys), c)
+
+
+def _where(store: Store | None) -> str:
+    return f"{store.kind} cache {store.location}" if store is not None else "memory only"
+
+
+def usage(store: Store | None) -> list[DeviceUsage]:
+    """Entries, bytes and hits per device fingerprint in ``store``."""
+    per: dict[str, DeviceUsage] = {}
+    for e in store.entries() if store is not None else ():
+        d = per.setdefault(e.fingerprint, DeviceUsage(e.fingerprint, entry_label(e.meta)))
+        d.entries += 1
+        d.bytes += int(e.meta.get("stored_bytes") or 0)
+        d.hits += int(e.meta.get("hits") or 0)
+    return sorted(per.values(), key=lambda d: d.label)
+
+
+def stats(compiler: Compiler | None = None) -> Stats:
+    """This session's hits, misses, memory hits, corrupt entries, hit rate and time saved, with
+    the entries and bytes the store holds per device."""
+    c = _compiler(compiler)
+    return Stats.of(c.history.records, location=_where(c.store), devices=usage(c.store))
+
+
+@dataclass
+class CacheInfo:
+    """Where the cache is, which backend, which variables are in effect, which devices exist."""
+
+    location: str
+    kind: str
+    writable: bool
+    reason: str
+    env: dict[str, str]
+    record: str
+    active: str
+    devices: list[tuple[DeviceInfo, DeviceUsage | None]]
+
+    def __str__(self) -> str:
+        state = "" if self.writable else f" (read-only: {self.reason})"
+        lines = [f"cache:   {self.location} ({self.kind}){state}",
+                 f"record:  {self.record}"]
+        lines += [f"env:     {k}={v}" for k, v in sorted(self.env.items())] or ["env:     (none)"]
+        for info, use in self.devices:
+            mark = "*" if info.fingerprint == self.active else " "
+            held = f"{use.entries} entries, {fmt_bytes(use.bytes)}" if use else "no entries"
+            lines.append(f"{mark} {info.spec:<5} {info.platform_name} · {info.device_name} "
+                         f"· {info.fingerprint} · {held}")
+        return "\n".join(lines)
+
+    __repr__ = __str__
+
+    def _repr_html_(self) -> str:
+        return f'<pre class="clmagic-info">{html.escape(str(self))}</pre>'
+
+
+def cache_info(compiler: Compiler | None = None) -> CacheInfo:
+    """Describe the cache of ``compiler`` (active device marked ``*`` in the text form)."""
+    c = _compiler(compiler)
+    store = c.store
+    per = {d.fingerprint: d for d in usage(store)}
+    infos = _devices.list_devices()
+    return CacheInfo(
+        location=store.location if store else "memory only",
+        kind=store.kind if store else "none", writable=bool(store and store.writable),
+        reason=(store.reason if store else "") or "", env=dict(c.settings.env),
+        record=c.settings.record, active=c.resolve()[0].fingerprint,
+        devices=[(i, per.get(i.fingerprint)) for i in infos],
+    )

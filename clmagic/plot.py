@@ -1,0 +1,51 @@
+"""The session history as a matplotlib plot (matplotlib is imported here only)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .manage import _compiler
+from .records import Outcome
+from .report import COLOURS, fmt_duration
+
+if TYPE_CHECKING:
+    from .compiler import Compiler
+
+__all__ = ["plot_history"]
+
+
+def plot_history(*, compiler: Compiler | None = None, ax: Any = None) -> Any:
+    """Plot each build trip of this session: a bar of the time it took, coloured by outcome
+    (MISS red, HIT green, MEMORY blue, ...), and a black tick at the original driver build time,
+    so the gap between tick and bar is the time a hit saved. Log scale.
+
+    Draws on ``ax`` when given, else on a new pyplot figure; returns the figure.
+    """
+    records = _compiler(compiler).history.records
+    if ax is None:
+        import matplotlib.pyplot as plt
+
+        fig, ax = plt.subplots(figsize=(7, 3))
+    fig = ax.figure
+    if not records:
+        ax.text(0.5, 0.5, "no builds yet", ha="center", va="center", transform=ax.transAxes)
+        ax.set_axis_off()
+        return fig
+    x = list(range(1, len(records) + 1))
+    taken = [max(r.ms, 1e-3) for r in records]
+    ax.bar(x, taken, color=[COLOURS.get(r.outcome, "#555") for r in records], width=0.7)
+    ax.scatter(x, [max(r.build_ms, 1e-3) for r in records], marker="_", s=300, color="black",
+               label="driver build ms", zorder=3)
+    from matplotlib.patches import Patch
+
+    seen = [o for o in Outcome.ALL if any(r.outcome == o for r in records)]
+    handles = [Patch(color=COLOURS[o], label=f"{o} ms taken") for o in seen]
+    ax.legend(handles=[*handles, *ax.get_legend_handles_labels()[0]], fontsize=8,
+              loc="upper right")
+    ax.set_yscale("log")
+    ax.set_xlabel("build trip (cell run)")
+    ax.set_ylabel("ms")
+    ax.set_xticks(x if len(x) <= 30 else x[:: max(len(x) // 15, 1)])
+    saved = sum(r.saved_ms for r in records)
+    ax.set_title(f"clmagic: {len(records)} builds, {fmt_duration(saved)} saved", fontsize=10)
+    return fig

@@ -1,0 +1,190 @@
+"""The device / clear panel: ``clmagic.CacheWidget()`` or ``%clcache widget``.
+
+ipywidgets (and matplotlib, for the plot) are imported here only.
+"""
+
+from __future__ import annotations
+
+import functools
+import html
+import io
+import time
+from typing import TYPE_CHECKING
+
+import ipywidgets as w
+
+from . import devices as _devices
+from .manage import _compiler, clear_cache, remove_entries, stats
+from .report import fmt_bytes, fmt_duration
+
+if TYPE_CHECKING:
+    from .compiler import Compiler
+    from .entry import Entry
+
+__all__ = ["CacheWidget"]
+
+_HEAD = f"{'kernels':<28} {'options':<22} {'binary':>9} {'build':>10} {'hits':>5}  last used"
+_STYLE = ("<style>.clmagic-table select{font-family:monospace;font-size:12px}"
+          ".clmagic-head{font-family:monospace;font-size:12px;white-space:pre}</style>")
+
+
+def _row(e: Entry) -> str:
+    m = e.meta
+    kernels = ", ".join(e.kernels) or "(none)"
+    opts = m.get("options") or "-"
+    used = time.strftime("%Y-%m-%d %H:%M", time.localtime(m.get("last_used") or m["created"]))
+    return (f"{kernels[:28]:<28} {opts[:22]:<22} {fmt_bytes(m.get('binary_bytes', 0)):>9} "
+            f"{m.get('build_ms', 0):>7.1f} ms {m.get('hits', 0):>5}  {used}")
+
+
+def _guard(method):
+    """Run a callback; show an exception in the widget's error area instead of losing it."""
+
+    @functools.wraps(method)
+    def run(self, *args, **kwargs):
+        self.last_error = None  # cleared when an action starts, so a nested error stays shown
+        self.errors.value = ""
+        try:
+            return method(self, *args, **kwargs)
+        except Exception as exc:  # shown to the user, not swallowed
+            self.last_error = exc
+            self.errors.value = (f'<span style="color:#c0392b">error: '
+                                 f"{html.escape(type(exc).__name__)}: {html.escape(str(exc))}"
+                                 "</span>")
+            return None
+
+    return run
+
+
+class CacheWidget(w.VBox):
+    """Choose the device for the next ``%%clkernel`` cells, see its entries, clear some or all.
+
+    Parts (attributes): ``device`` (Dropdown, "platform · device"), ``table`` (SelectMultiple of
+    the device's entries, values are keys), ``refresh_button``, ``clear_selected_button``,
+    ``clear_all_button`` (asks for a second, confirming click), ``status`` (entries, MB, hit rate,
+    time saved), ``message`` (what the last action did), ``errors``, ``plot`` (session history).
+    """
+
+    def __init__(self, compiler: Compiler | None = None, plot: bool = True):
+        self.compiler = _compiler(compiler)
+        self.last_error: Exception | None = None
+        self._armed = False
+        self._entries: dict[str, Entry] = {}
+        infos = _devices.list_devices()
+        self.device = w.Dropdown(
+            options=[(f"{i.platform_name} · {i.device_name}", i.spec) for i in infos],
+            value=self.compiler.resolve()[0].spec, description="device",
+            layout=w.Layout(width="max-content"),
+        )
+        self.header = w.HTML(f'{_STYLE}<div class="clmagic-head">{html.escape(_HEAD)}</div>')
+        self.table = w.SelectMultiple(options=[], rows=10, layout=w.Layout(width="100%"))
+        self.table.add_class("clmagic-table")
+        self.refresh_button = w.Button(description="Refresh", icon="refresh")
+        self.clear_selected_button = w.Button(description="Clear selected", icon="trash")
+        self.clear_all_button = w.Button(description="Clear all for this device",
+                                         button_style="warning", icon="trash",
+                                         layout=w.Layout(width="auto"))
+        self.status = w.HTML()
+        self.message = w.HTML()
+        self.errors = w.HTML()
+        self.plot = w.Image(format="png", layout=w.Layout(max_width="700px"))
+        self._with_plot = plot
+        self.device.observe(self._on_device, names="value")
+        self.refresh_button.on_click(self._on_refresh)
+        self.clear_selected_button.on_click(self._on_clear_selected)
+        self.clear_all_button.on_click(self._on_clear_all)
+        buttons = w.HBox([self.refresh_button, self.clear_selected_button, self.clear_all_button])
+        parts = [self.device, self.header, self.table, buttons, self.status, self.message,
+                 self.errors]
+        super().__init__(parts + ([self.plot] if plot else []))
+        self.add_class("clmagic-widget")
+        self.refresh()
+
+    # -- what the widget shows -----------------------------------------------------------------
+
+    @property
+    def fingerprint(self) -> str:
+        """Fingerprint of the chosen device."""
+        return _devices.resolve_device(self.device.value)[0].fingerprint
+
+    @property
+    def rows(self) -> list[tuple[str, str]]:
+        """The table as (text, key) pairs."""
+        return list(self.table.options)
+
+    @_guard
+    def refresh(self) -> None:
+        """Re-read the store: table, status line and plot."""
+        self._disarm()
+        store = self.compiler.store
+        entries = list(store.entries(self.fingerprint)) if store is not None else []
+        entries.sort(key=lambda e: e.meta.get("last_used") or e.meta["created"], reverse=True)
+        self._entries = {e.key: e for e in entries}
+        keep = [k for k in self.table.value if k in self._entries]
+        self.table.options = [(_row(e), e.key) for e in entries]
+        self.table.value = tuple(keep)
+        s = stats(self.compiler)
+        rate = "n/a" if s.hit_rate is None else f"{s.hit_rate:.0%}"
+        size = sum(int(e.meta.get("stored_bytes") or 0) for e in entries)
+        where = store.location if store is not None else "memory only (nothing stored)"
+        self.status.value = (
+            f"<b>{len(entries)}</b> entries · <b>{size / 1e6:.2f} MB</b> · hit rate <b>{rate}</b>"
+            f" · <b>{fmt_duration(s.saved_ms)}</b> saved this session · "
+            f"<code>{html.escape(where)}</code>"
+        )
+        if self._with_plot:
+            self._draw()
+
+    def _draw(self) -> None:
+        from matplotlib.figure import Figure
+
+        from .plot import plot_history
+
+        fig = Figure(figsize=(7, 2.6), dpi=80)
+        plot_history(compiler=self.compiler, ax=fig.add_subplot())
+        fig.tight_layout()
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png")
+        self.plot.value = buf.getvalue()
+
+    def _disarm(self) -> None:
+        self._armed = False
+        self.clear_all_button.description = "Clear all for this device"
+        self.clear_all_button.button_style = "warning"
+
+    # -- callbacks ------------------------------------------------------------------------------
+
+    @_guard
+    def _on_device(self, change) -> None:
+        info = self.compiler.select_device(change["new"])
+        self.message.value = html.escape(f"{info.label} is now the device for %%clkernel")
+        self.refresh()
+
+    @_guard
+    def _on_refresh(self, _button=None) -> None:
+        self.message.value = ""
+        self.refresh()
+
+    @_guard
+    def _on_clear_selected(self, _button=None) -> None:
+        chosen = [self._entries[k] for k in self.table.value if k in self._entries]
+        if not chosen:
+            self._disarm()
+            self.message.value = "select entries in the table first"
+            return
+        removed = remove_entries(chosen, self.compiler)
+        self.message.value = html.escape(str(removed))
+        self.refresh()
+
+    @_guard
+    def _on_clear_all(self, _button=None) -> None:
+        if not self._armed:
+            n = len(self._entries)
+            self._armed = True
+            self.clear_all_button.description = f"Click again to clear {n} entries"
+            self.clear_all_button.button_style = "danger"
+            self.message.value = "click again to confirm"
+            return
+        removed = clear_cache(device=self.fingerprint, compiler=self.compiler)
+        self.message.value = html.escape(str(removed))
+        self.refresh()
