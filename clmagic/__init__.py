@@ -9,13 +9,14 @@ Library use, no IPython needed::
 
 from __future__ import annotations
 
+from .bundle import BundleReport, ImportReport, export_bundle, import_bundle
 from .compiler import BuildResult, Compiler
 from .config import Settings
 from .devices import DeviceInfo, list_devices, resolve_device
 from .entry import Entry
 from .errors import BuildError, ClmagicError, CorruptEntry, DeviceError, OptionsError
 from .records import Outcome
-from .store import DirectoryStore, Store, open_store
+from .store import DirectoryStore, LayeredStore, RedisStore, SQLiteStore, Store, open_store
 
 __version__ = "0.1.0"
 
@@ -33,7 +34,14 @@ __all__ = [
     "Outcome",
     "Store",
     "DirectoryStore",
+    "SQLiteStore",
+    "RedisStore",
+    "LayeredStore",
     "open_store",
+    "export_bundle",
+    "import_bundle",
+    "BundleReport",
+    "ImportReport",
     "ClmagicError",
     "BuildError",
     "DeviceError",
