@@ -9,6 +9,7 @@ Library use, no IPython needed::
 
 from __future__ import annotations
 
+from .bundle import BundleReport, ImportReport, export_bundle, import_bundle
 from .compiler import BuildResult, Compiler
 from .config import Settings
 from .devices import DeviceInfo, list_devices, resolve_device
@@ -16,7 +17,7 @@ from .entry import Entry
 from .errors import BuildError, ClmagicError, CorruptEntry, DeviceError, OptionsError
 from .manage import CacheInfo, Removed, cache_info, clear_cache, stats
 from .records import Outcome, Stats
-from .store import DirectoryStore, Store, open_store
+from .store import DirectoryStore, LayeredStore, RedisStore, SQLiteStore, Store, open_store
 
 __version__ = "0.1.0"
 
@@ -44,7 +45,14 @@ __all__ = [
     "CacheWidget",
     "Store",
     "DirectoryStore",
+    "SQLiteStore",
+    "RedisStore",
+    "LayeredStore",
     "open_store",
+    "export_bundle",
+    "import_bundle",
+    "BundleReport",
+    "ImportReport",
     "ClmagicError",
     "BuildError",
     "DeviceError",

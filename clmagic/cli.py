@@ -109,10 +109,10 @@ def _devices(args: argparse.Namespace) -> int:
 
 def _info(args: argparse.Namespace) -> int:
     from .config import Settings
-    from .store import open_store
+    from .store import store_for
 
     s = Settings.from_env()
-    store = open_store(s.cache)
+    store = store_for(s)
     print(f"cache:  {store.location if store else 'memory only'}"
           f" ({store.kind if store else 'no persistent store'})")
     for k, v in sorted(s.env.items()):

@@ -18,7 +18,7 @@ from .includes import find_headers, strip_comments
 from .key import cache_key
 from .options import BuildOptions, parse_options
 from .records import History, Outcome, Record, now
-from .store import Store, open_store
+from .store import Store, store_for
 
 __all__ = ["Compiler", "BuildResult", "MAX_SOURCE"]
 
@@ -83,7 +83,8 @@ class Compiler:
     """Builds OpenCL programs through an in-memory cache and a persistent store.
 
     ``Compiler()`` reads its settings from the environment; pass ``settings`` or ``store`` to
-    choose explicitly (``store=None`` keeps programs in memory only).
+    choose explicitly (``store=None`` keeps programs in memory only). With ``CLMAGIC_REMOTE``
+    set, the store is a :class:`~clmagic.store.LayeredStore` (local in front of the remote).
     """
 
     def __init__(
@@ -91,7 +92,7 @@ class Compiler:
     ):
         self.settings = settings or Settings.from_env()
         if store is _DEFAULT_STORE:
-            store = open_store(self.settings.cache, trust=self.settings.trust)
+            store = store_for(self.settings)
         self.store: Store | None = store  # type: ignore[assignment]
         self.history = History(
             debug=self.settings.debug, keep_source=self.settings.record == "full"
@@ -197,7 +198,8 @@ class Compiler:
                     with self._lock:
                         self._memory[(info.fingerprint, key)] = loaded
                     self._record_hit(info.fingerprint, key)
-                    return finish(Outcome.HIT, loaded, note=f"from {self.store.kind} cache")
+                    origin = entry.meta.get("store", self.store.kind)
+                    return finish(Outcome.HIT, loaded, note=f"from {origin} cache")
             except (CorruptEntry, OSError) as exc:
                 outcome = Outcome.CORRUPT
                 warn_once(f"cache entry {key[:12]} is damaged ({exc}); rebuilding it")

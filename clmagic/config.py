@@ -45,13 +45,17 @@ def reset_warnings() -> None:
 class Settings:
     """Everything clmagic reads from the environment, read once.
 
-    ``cache`` is the raw store location: a folder path, or ``None`` for memory only.
+    ``cache`` is the raw store location: a folder path, a SQLite file (``.db``, ``.sqlite``,
+    ``.sqlite3``), a ``redis://`` URL, or ``None`` for memory only. ``remote`` is a shared
+    store behind it (``CLMAGIC_REMOTE``), ``remote_ttl`` its entries' time to live in seconds.
     """
 
     cache: str | None
     debug: bool = False
     record: str = "default"
     device: str | None = None
+    remote: str | None = None
+    remote_ttl: int | None = None
     trust: bool = False
     env: dict[str, str] = field(default_factory=dict)
 
@@ -63,8 +67,10 @@ class Settings:
         ``0``/``off``/``none``/``disable``/``disabled`` → memory only; anything else → that path.
         ``CLMAGIC_CACHE_DEBUG=1`` prints one line per cache event. ``CLMAGIC_RECORD=full`` keeps
         the source of each build in the history. ``CLMAGIC_DEVICE`` (else ``PYOPENCL_CTX``) picks
-        the default device. ``CLMAGIC_CACHE_TRUST=1`` uses a cache folder that is world-writable
-        or owned by another user (refused otherwise).
+        the default device. ``CLMAGIC_REMOTE=redis://…`` puts a shared store behind the local one;
+        ``CLMAGIC_REMOTE_TTL`` (seconds) expires its entries when unused that long.
+        ``CLMAGIC_CACHE_TRUST=1`` uses a cache folder that is world-writable or owned by another
+        user (refused otherwise).
         """
         env = dict(os.environ if environ is None else environ)
         raw = env.get("CLMAGIC_CACHE_DIR")
@@ -73,12 +79,23 @@ class Settings:
             cache = None
         elif value.lower() in _DEFAULT:
             cache = str(default_cache_dir())
+        elif value.startswith(("redis://", "rediss://")):
+            cache = value
         else:
             cache = str(Path(value).expanduser())
         debug = env.get("CLMAGIC_CACHE_DEBUG", "").strip().lower() in _TRUE
         record = env.get("CLMAGIC_RECORD", "default").strip().lower() or "default"
         device = env.get("CLMAGIC_DEVICE") or env.get("PYOPENCL_CTX") or None
-        trust = env.get("CLMAGIC_CACHE_TRUST", "").strip().lower() in _TRUE
+        remote = (env.get("CLMAGIC_REMOTE") or "").strip()
+        if remote and not remote.startswith(("redis://", "rediss://")):
+            warn_once(f"CLMAGIC_REMOTE={remote!r} is not a redis:// or rediss:// URL; ignored")
+            remote = ""
+        ttl_raw = (env.get("CLMAGIC_REMOTE_TTL") or "").strip()
+        ttl = int(ttl_raw) if ttl_raw.isdigit() and int(ttl_raw) > 0 else None
+        if ttl_raw and ttl is None:
+            warn_once(f"CLMAGIC_REMOTE_TTL={ttl_raw!r} is not a positive number of seconds; "
+                      "entries do not expire")
         shown = {k: v for k, v in env.items() if k.startswith(("CLMAGIC_", "PYOPENCL_", "POCL_"))}
+        trust = env.get("CLMAGIC_CACHE_TRUST", "").strip().lower() in _TRUE
         return cls(cache=cache, debug=debug, record=record, device=device, trust=trust,
-                   env=shown)
+                   remote=remote or None, remote_ttl=ttl, env=shown)

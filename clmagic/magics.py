@@ -17,7 +17,7 @@ from .errors import OptionsError
 
 __all__ = ["CLMagics", "split_opts", "CLCACHE_COMMANDS"]
 
-CLCACHE_COMMANDS = ("stats", "history", "info", "clear", "widget")
+CLCACHE_COMMANDS = ("stats", "history", "info", "clear", "widget", "export", "import")
 
 _OPTS = re.compile(r"(?:^|\s)--opts(?:=|\s+|$)")
 
@@ -120,11 +120,14 @@ class CLMagics(Magics):
 
     @magic_arguments()
     @argument("command", nargs="?", metavar="COMMAND", choices=CLCACHE_COMMANDS,
-              help="stats | history | info | clear | widget (none: the entries as a DataFrame).")
+              help="stats | history | info | clear | widget | export | import "
+                   "(none: the entries as a DataFrame).")
     @argument("keys", nargs="*", metavar="KEY_PREFIX",
-              help="clear: only entries whose key starts with one of these (hex).")
+              help="clear: only entries whose key starts with one of these (hex); "
+                   "export/import: the bundle's PATH.")
     @argument("--device", "-d", metavar="SPEC",
-              help='DataFrame, clear: only this device ("P:D", name part or fingerprint).')
+              help='DataFrame, clear, export: only this device ("P:D", name part or '
+                   "fingerprint).")
     @argument("--older-than", metavar="AGE",
               help="clear: only entries not used for AGE (a number and s, m, h, d or w: 7d).")
     @line_magic
@@ -141,6 +144,9 @@ class CLMagics(Magics):
                                      remove the entries matching every filter given (all when
                                      none is), from disk and memory; says how many and bytes
         ``%clcache widget``          the panel: choose the device, view and clear its entries
+        ``%clcache export PATH [--device SPEC]``
+                                     write the cache (or one device's part) to a bundle file
+        ``%clcache import PATH``     add a bundle's entries, never overwriting local ones
 
         Each returns its object, so ``df = %clcache`` keeps the DataFrame.
         """
@@ -151,10 +157,12 @@ class CLMagics(Magics):
         except UsageError as exc:
             raise OptionsError(str(exc)) from None
         cmd = args.command
+        if cmd in ("export", "import"):
+            return self._bundle(cmd, args)
         if cmd != "clear" and (args.keys or args.older_than):
             raise OptionsError("KEY_PREFIX and --older-than go with %clcache clear only")
         if cmd not in (None, "clear") and args.device:
-            raise OptionsError("--device goes with %clcache (the DataFrame) and clear only")
+            raise OptionsError("--device goes with %clcache (the DataFrame), clear and export")
         if cmd is None:
             from .frames import cache_frame
 
@@ -172,3 +180,16 @@ class CLMagics(Magics):
         from .widget import CacheWidget
 
         return CacheWidget(self.compiler)
+
+    def _bundle(self, cmd: str, args):
+        from .bundle import export_bundle, import_bundle
+
+        if len(args.keys) != 1 or args.older_than or (cmd == "import" and args.device):
+            usage = "export PATH [--device SPEC]" if cmd == "export" else "import PATH"
+            raise OptionsError(f"usage: %clcache {usage}")
+        store = self.compiler.store
+        if store is None:
+            raise OptionsError("the cache is off (memory only): set CLMAGIC_CACHE_DIR first")
+        if cmd == "export":
+            return export_bundle(args.keys[0], device=args.device, store=store)
+        return import_bundle(args.keys[0], store=store)

@@ -14,6 +14,7 @@ os.environ.setdefault("CUDA_CACHE_DISABLE", "1")
 
 import pyopencl as cl  # noqa: E402
 import pytest  # noqa: E402
+from stores import redis_server, store_factory  # noqa: E402, F401 - fixtures of tests/stores.py
 
 import clmagic  # noqa: E402
 from clmagic.config import Settings, reset_warnings  # noqa: E402
@@ -129,4 +130,3 @@ def shell(ipshell, compiler):
     ipshell.reset(new_session=False)
 
 
-from stores import store_factory  # noqa: E402, F401  (the store backends fixture, tests/stores.py)

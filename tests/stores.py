@@ -11,28 +11,104 @@ fault matrix a factory also knows how to damage what it stores:
   directory where the file should be, a leftover temp file, a file without read permission,
   a planted symlink); a backend without such a thing calls ``pytest.skip`` with the reason.
 
-Other backends (SQLite, Redis, layered) add a subclass and a name in ``BACKENDS``.
+Stores that keep metadata in columns or hash fields (SQLite, Redis) store byte-damaged data as
+the binary, keeping the metadata: the damage then shows as a checksum mismatch, which is what it
+is. The layered store's damage goes to its remote copy (the local copy removed). ``redis_server``
+is a real ``redis-server`` on a loopback port for the session; ``synthetic(n)`` a valid entry
+that needs no driver.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
+import shutil
 import signal
+import socket
+import sqlite3
 import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 
 import pytest
 
-from clmagic.store import DirectoryStore, Store, open_store
+from clmagic.entry import Entry, decode, encode
+from clmagic.errors import CorruptEntry
+from clmagic.store import DirectoryStore, LayeredStore, Store, open_store
 
-__all__ = ["StoreFactory", "DirectoryFactory", "BACKENDS", "store_factory"]
+__all__ = ["StoreFactory", "DirectoryFactory", "SQLiteFactory", "RedisFactory", "LayeredFactory",
+           "BACKENDS", "store_factory", "redis_server", "RedisServer", "synthetic"]
+
+
+FP = "0123456789abcdef"
+FP2 = "fedcba9876543210"
+
+
+def synthetic(n: int, fingerprint: str = FP, size: int = 256, tag: str = "") -> Entry:
+    """A valid entry with a random binary (no driver needed)."""
+    key = hashlib.sha256(f"{fingerprint}/{n}/{tag}".encode()).hexdigest()
+    return Entry.create(
+        key, fingerprint, os.urandom(size), kernels=[f"k{n}", "scale"], options="-O3",
+        device="Synthetic Device", platform="Synthetic Platform", driver="1.2.3",
+        device_version="OpenCL 3.0", platform_version="OpenCL 3.0 synthetic",
+        source_bytes=100 + n, build_ms=12.5 + n, created=1_700_000_000.0 + n,
+        build_log=f"log of {n}",
+    )
+
+
+class RedisServer:
+    """A private ``redis-server`` on a free loopback port, with its files in a temp folder."""
+
+    def __init__(self) -> None:
+        binary = shutil.which("redis-server")
+        if binary is None:
+            pytest.fail("redis-server not found: run scripts/setup.sh test")
+        self.dir = tempfile.mkdtemp(prefix="clmagic-redis-")
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.proc = subprocess.Popen(
+            [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+             "--appendonly", "no", "--dir", self.dir, "--protected-mode", "no"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        import redis
+
+        self.client = redis.Redis.from_url(self.url)
+        deadline = time.monotonic() + 20
+        while True:  # wait until it answers
+            try:
+                self.client.ping()
+                break
+            except redis.exceptions.ConnectionError:
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    pytest.fail("redis-server did not start")
+                time.sleep(0.02)
+
+    def stop(self) -> None:
+        """Kill the server (as a crash would) and remove its folder."""
+        self.client.close()
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def redis_server():
+    """One real redis-server for the test session."""
+    server = RedisServer()
+    yield server
+    server.stop()
 
 
 class StoreFactory:
     """One backend for the shared tests; subclass per backend."""
 
     name = "store"
+    server: RedisServer | None = None
 
     def __call__(self, root: Path) -> tuple[Store, str]:
         raise NotImplementedError
@@ -119,13 +195,113 @@ class DirectoryFactory(StoreFactory):
             super().plant(store, fp, key, fault)
 
 
-BACKENDS: dict[str, type[StoreFactory]] = {"directory": DirectoryFactory}
+def _parse_or_damage(data: bytes) -> Entry | None:
+    try:
+        return decode(data)
+    except CorruptEntry:
+        return None
+
+
+class SQLiteFactory(StoreFactory):
+    """The SQLite store: one row per entry in one file."""
+
+    name = "sqlite"
+
+    def __call__(self, root: Path) -> tuple[Store, str]:
+        location = str(root / "cache.db")
+        return self.reopen(location), location
+
+    def raw(self, store: Store, fp: str, key: str) -> bytes | None:
+        from clmagic.store.sqlite import SQL_GET, row_meta
+
+        with sqlite3.connect(store.location) as db:
+            row = db.execute(SQL_GET, (1, fp, key)).fetchone()
+        db.close()
+        if row is None:
+            return None
+        return encode(Entry(key, fp, row_meta(row), row[-1]))
+
+    def write_raw(self, store: Store, fp: str, key: str, data: bytes) -> None:
+        entry = _parse_or_damage(data)
+        with sqlite3.connect(store.location) as db:
+            if entry is not None:
+                from clmagic.store.sqlite import SQL_PUT, entry_row
+
+                db.execute(SQL_PUT, entry_row(entry, time.time()))
+            else:
+                db.execute("UPDATE entries SET binary = ? WHERE fingerprint = ? AND key = ?",
+                           (data, fp, key))
+        db.close()
+
+
+class RedisFactory(StoreFactory):
+    """The Redis store on the session's redis-server (emptied for each test)."""
+
+    name = "redis"
+
+    def __call__(self, root: Path) -> tuple[Store, str]:
+        assert self.server is not None
+        self.server.client.flushall()
+        return self.reopen(self.server.url), self.server.url
+
+    def _name(self, fp: str, key: str) -> str:
+        return f"clmagic:v1:{fp}:{key}"
+
+    def raw(self, store: Store, fp: str, key: str) -> bytes | None:
+        import json
+
+        meta, binary = self.server.client.hmget(self._name(fp, key), "meta", "binary")
+        if meta is None:
+            return None
+        return encode(Entry(key, fp, json.loads(meta), binary))
+
+    def write_raw(self, store: Store, fp: str, key: str, data: bytes) -> None:
+        entry = _parse_or_damage(data)
+        if entry is not None:
+            self.reopen(self.server.url).put(entry)
+        else:
+            self.server.client.hset(self._name(fp, key), "binary", data)
+
+
+class LayeredFactory(RedisFactory):
+    """A local directory store in front of the Redis store. Damage goes to the remote copy (the
+    local one removed), so the remote's checks are the ones tested."""
+
+    name = "layered"
+
+    def __call__(self, root: Path) -> tuple[Store, str]:
+        super().__call__(root)
+        location = str(root / "local")
+        return self.reopen(location), location
+
+    def reopen(self, location: str) -> Store:
+        assert self.server is not None
+        return LayeredStore(open_store(location), open_store(self.server.url))
+
+    def env(self, location: str) -> dict[str, str]:
+        return {"CLMAGIC_CACHE_DIR": location, "CLMAGIC_REMOTE": self.server.url}
+
+    def write_raw(self, store: Store, fp: str, key: str, data: bytes) -> None:
+        assert isinstance(store, LayeredStore)
+        store.local.delete(fp, key)
+        super().write_raw(store.remote, fp, key, data)
+
+
+BACKENDS: dict[str, type[StoreFactory]] = {
+    "directory": DirectoryFactory, "sqlite": SQLiteFactory, "redis": RedisFactory,
+    "layered": LayeredFactory,
+}
+
+
 
 
 @pytest.fixture(params=list(BACKENDS))
 def store_factory(request) -> StoreFactory:
     """Each store backend in turn, as a :class:`StoreFactory`."""
-    return BACKENDS[request.param]()
+    factory = BACKENDS[request.param]()
+    if isinstance(factory, RedisFactory):
+        factory.server = request.getfixturevalue("redis_server")
+    return factory
 
 
 def drop_dac() -> None:

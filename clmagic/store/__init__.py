@@ -1,20 +1,47 @@
-"""Stores: where entries persist. ``open_store`` picks the backend from a location string."""
+"""Stores: where entries persist. ``open_store`` picks the backend from a location string:
+a path ending in ``.db``/``.sqlite``/``.sqlite3`` → :class:`SQLiteStore`, ``redis://`` or
+``rediss://`` → :class:`RedisStore`, any other path → :class:`DirectoryStore`.
+"""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from .base import Store
 from .directory import DirectoryStore
+from .layered import LayeredStore
+from .redis import RedisStore
+from .sqlite import SUFFIXES, SQLiteStore
 
-__all__ = ["Store", "DirectoryStore", "open_store"]
+if TYPE_CHECKING:
+    from ..config import Settings
+
+__all__ = ["Store", "DirectoryStore", "SQLiteStore", "LayeredStore", "RedisStore", "open_store",
+           "store_for"]
 
 
-def open_store(location: str | None, trust: bool = False) -> Store | None:
-    """The store for ``location`` (a folder path), or ``None`` for memory only.
+def open_store(location: str | None, ttl: int | None = None, trust: bool = False
+               ) -> Store | None:
+    """The store for ``location``, or ``None`` for memory only.
 
     A location that cannot be used gives ``None`` after one warning: the cache then lives in
-    memory only, and nothing crashes. ``trust`` accepts a folder that is world-writable or
-    another user's (``CLMAGIC_CACHE_TRUST=1``).
+    memory only, and nothing crashes. ``ttl`` (seconds) applies to Redis stores; ``trust``
+    accepts a folder or file that is world-writable or another user's (``CLMAGIC_CACHE_TRUST=1``).
     """
     if location is None:
         return None
+    if location.startswith(("redis://", "rediss://")):
+        return RedisStore.open(location, ttl=ttl)
+    if location.lower().endswith(SUFFIXES):
+        return SQLiteStore.open(location, trust=trust)
     return DirectoryStore.open(location, trust=trust)
+
+
+def store_for(settings: Settings) -> Store | None:
+    """The store the settings ask for: the cache location, with the ``CLMAGIC_REMOTE`` store
+    behind it when one is set (:class:`LayeredStore`)."""
+    local = open_store(settings.cache, ttl=settings.remote_ttl, trust=settings.trust)
+    remote = open_store(settings.remote, ttl=settings.remote_ttl) if settings.remote else None
+    if local is None or remote is None:
+        return local or remote
+    return LayeredStore(local, remote)

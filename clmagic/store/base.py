@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 from ..entry import Entry
 
@@ -36,6 +36,11 @@ class Store(ABC):
     @abstractmethod
     def put(self, entry: Entry) -> bool:
         """Store ``entry`` (replacing one under the same key); ``True`` when stored."""
+
+    def put_many(self, entries: Iterable[Entry]) -> int:
+        """Store several entries (one transaction or pipeline where the backend has one);
+        returns how many were stored."""
+        return sum(self.put(e) for e in entries)
 
     @abstractmethod
     def delete(self, fingerprint: str, key: str) -> bool:

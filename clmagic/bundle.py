@@ -1,0 +1,294 @@
+"""Bundles: a cache in one SQLite file, to ship with a notebook or a course.
+
+A bundle is a SQLite store file (see :mod:`clmagic.store.sqlite`) plus a ``manifest`` table
+(clmagic version, created, devices with their fingerprints, entry count). Import treats the
+file as untrusted: it is opened immutable and read-only, only plain tables are read, sizes are
+bounded before anything is loaded, every binary's checksum is verified, nothing is executed,
+and an entry already in the local cache is never overwritten.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+import sqlite3
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .entry import FORMAT_VERSION, MAX_BINARY, MAX_META, Entry
+from .errors import ClmagicError, CorruptEntry
+from .store import LayeredStore, SQLiteStore, Store
+from .store._common import valid_name, verified
+from .store.sqlite import SCHEMA_VERSION, SQL_GET, row_meta
+
+__all__ = ["export_bundle", "import_bundle", "BundleReport", "ImportReport", "MAX_BUNDLE_BYTES"]
+
+MAX_BUNDLE_BYTES = 4 << 30
+MAX_ENTRIES = 200_000
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+_BATCH = 200
+
+
+@dataclass
+class BundleReport:
+    """What :func:`export_bundle` wrote."""
+
+    path: str
+    entries: int
+    bytes: int
+    devices: list[dict[str, Any]] = field(default_factory=list)
+    failed: int = 0
+
+    def __str__(self) -> str:
+        devs = ", ".join(f"{d['device']} ({d['entries']})" for d in self.devices) or "no devices"
+        bad = f", {self.failed} damaged entries left out" if self.failed else ""
+        return f"exported {self.entries} entries ({self.bytes:,} bytes) to {self.path}: {devs}{bad}"
+
+    __repr__ = __str__
+
+    def _repr_html_(self) -> str:
+        rows = "".join(
+            f"<tr><td>{html.escape(d['device'])}</td><td><code>{d['fingerprint']}</code></td>"
+            f"<td>{d['entries']}</td></tr>" for d in self.devices)
+        return (f"<div class='clmagic-bundle'><b>exported {self.entries} entries</b> "
+                f"({self.bytes:,} bytes) to <code>{html.escape(self.path)}</code>"
+                f"<table><tr><th>device</th><th>fingerprint</th><th>entries</th></tr>{rows}"
+                "</table></div>")
+
+
+@dataclass
+class ImportReport:
+    """What :func:`import_bundle` did: entries imported, skipped (already in the cache) and
+    failed (with reasons), and the devices of the bundle this machine lacks."""
+
+    path: str
+    imported: int = 0
+    skipped: int = 0
+    failed: int = 0
+    reasons: list[str] = field(default_factory=list)
+    #: fingerprint → {"device": name, "entries": count} for devices not on this machine
+    missing_devices: dict[str, dict[str, Any]] = field(default_factory=dict)
+    manifest: dict[str, Any] = field(default_factory=dict)
+
+    def __str__(self) -> str:
+        text = (f"imported {self.imported}, skipped {self.skipped} (already cached), "
+                f"failed {self.failed} from {self.path}")
+        for fp, d in self.missing_devices.items():
+            text += f"\n  {d['entries']} entries for {d['device']} ({fp}): not on this machine"
+        for reason in self.reasons[:5]:
+            text += f"\n  failed: {reason}"
+        return text
+
+    __repr__ = __str__
+
+    def _repr_html_(self) -> str:
+        extra = "".join(
+            f"<li>{d['entries']} entries for {html.escape(d['device'])} "
+            f"(<code>{fp}</code>): not on this machine</li>"
+            for fp, d in self.missing_devices.items())
+        extra += "".join(f"<li>failed: {html.escape(r)}</li>" for r in self.reasons[:5])
+        return (f"<div class='clmagic-bundle'><b>imported {self.imported}</b>, skipped "
+                f"{self.skipped} (already cached), failed {self.failed} from "
+                f"<code>{html.escape(self.path)}</code><ul>{extra}</ul></div>")
+
+
+def _store(store: Store | None) -> Store:
+    if store is None:
+        from . import get_compiler
+
+        store = get_compiler().store
+    if store is None:
+        raise ClmagicError("the cache is off (memory only): there is no cache to export or "
+                           "import into; set CLMAGIC_CACHE_DIR")
+    return store
+
+
+def export_bundle(path: str | os.PathLike[str], device: object = None,
+                  kernels: str | list[str] | None = None, *, store: Store | None = None,
+                  overwrite: bool = False) -> BundleReport:
+    """Write the cache's entries (of one ``device``, of programs defining any of ``kernels``)
+    to one SQLite file at ``path``; returns a :class:`BundleReport`."""
+    source = _store(store)
+    target = Path(path)
+    if target.exists() and not overwrite:
+        raise ClmagicError(f"{target} exists; choose another path or pass overwrite=True")
+    fingerprint = None
+    if device is not None:
+        from .devices import resolve_device
+
+        fingerprint = resolve_device(device)[0].fingerprint  # type: ignore[arg-type]
+    wanted = {kernels} if isinstance(kernels, str) else set(kernels or ())
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    tmp.unlink(missing_ok=True)
+    bundle = SQLiteStore(tmp)
+    devices: dict[str, dict[str, Any]] = {}
+    count = size = failed = 0
+    batch: list[Entry] = []
+    try:
+        for listed in list(source.entries(fingerprint)):
+            if wanted and not wanted & set(listed.kernels):
+                continue
+            try:
+                entry = source.get(listed.fingerprint, listed.key)
+            except CorruptEntry:
+                failed += 1
+                continue
+            if entry is None:
+                continue
+            batch.append(entry)
+            size += len(entry.binary or b"")
+            d = devices.setdefault(entry.fingerprint, {
+                "fingerprint": entry.fingerprint, "device": entry.meta.get("device", "?"),
+                "platform": entry.meta.get("platform", "?"),
+                "driver": entry.meta.get("driver", "?"), "entries": 0})
+            d["entries"] += 1
+            if len(batch) >= _BATCH:
+                count += bundle.put_many(batch)
+                batch.clear()
+        count += bundle.put_many(batch)
+        if not bundle.writable:
+            raise ClmagicError(f"cannot write {target}: {bundle.reason}")
+        from . import __version__
+
+        manifest = {"clmagic": __version__, "created": time.time(), "format": FORMAT_VERSION,
+                    "schema": SCHEMA_VERSION, "entries": count, "devices": list(devices.values())}
+        conn = bundle._connection()
+        conn.execute("CREATE TABLE manifest (name TEXT PRIMARY KEY, value TEXT NOT NULL)")
+        conn.executemany("INSERT INTO manifest VALUES (?, ?)",
+                         [(k, json.dumps(v)) for k, v in manifest.items()])
+        conn.execute("PRAGMA journal_mode = DELETE")  # one self-contained file
+        bundle.close()
+        os.replace(tmp, target)
+    finally:
+        bundle.close()
+        for leftover in (tmp, Path(f"{tmp}-wal"), Path(f"{tmp}-shm")):
+            leftover.unlink(missing_ok=True)
+    return BundleReport(str(target), count, size, list(devices.values()), failed)
+
+
+def _open_untrusted(path: Path) -> sqlite3.Connection:
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as fh:
+            head = fh.read(len(_SQLITE_MAGIC))
+    except OSError as exc:
+        raise ClmagicError(f"cannot read bundle {path}: {exc.strerror}") from None
+    if size > MAX_BUNDLE_BYTES:
+        raise ClmagicError(f"bundle {path} is {size:,} bytes, over the {MAX_BUNDLE_BYTES:,} limit")
+    if head != _SQLITE_MAGIC:
+        raise ClmagicError(f"{path} is not a clmagic bundle (not an SQLite file)")
+    conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro&immutable=1", uri=True)
+    conn.execute("PRAGMA trusted_schema = OFF")
+    conn.execute("PRAGMA query_only = ON")
+    try:
+        kinds = dict(conn.execute("SELECT name, type FROM sqlite_master"))
+        if any(kinds.get(t) != "table" for t in ("entries", "manifest", "clmagic_schema")):
+            raise ClmagicError(f"{path} is not a clmagic bundle (tables missing)")
+        version = conn.execute("SELECT max(version) FROM clmagic_schema").fetchone()[0]
+    except sqlite3.Error as exc:
+        conn.close()
+        raise ClmagicError(f"{path} is not a readable clmagic bundle ({exc})") from None
+    if version != SCHEMA_VERSION:
+        conn.close()
+        raise ClmagicError(f"bundle {path} has schema {version}; this clmagic reads "
+                           f"{SCHEMA_VERSION}")
+    return conn
+
+
+def import_bundle(path: str | os.PathLike[str], *, store: Store | None = None) -> ImportReport:
+    """Add the entries of bundle ``path`` to the local cache (never overwriting an entry that is
+    already there); returns an :class:`ImportReport`."""
+    target = _store(store)
+    if isinstance(target, LayeredStore):
+        target = target.local  # an untrusted file goes to this machine only, not the team's
+    if not target.writable:
+        raise ClmagicError(f"the cache at {target.location} is read-only ({target.reason})")
+    bundle = Path(path)
+    conn = _open_untrusted(bundle)
+    report = ImportReport(str(bundle))
+    try:
+        for name, value in conn.execute("SELECT name, value FROM manifest LIMIT 100"):
+            if isinstance(value, str) and len(value) <= MAX_META:
+                try:
+                    report.manifest[str(name)] = json.loads(value)
+                except ValueError:
+                    pass
+        rows = conn.execute(
+            "SELECT fingerprint, key, length(binary), length(extra) + length(kernels) "
+            f"FROM entries WHERE format = ? LIMIT {MAX_ENTRIES + 1}",
+            (FORMAT_VERSION,)).fetchall()
+        _import_rows(conn, rows, target, report)
+    except sqlite3.Error as exc:
+        report.failed += 1
+        report.reasons.append(f"the bundle is damaged ({exc})")
+    finally:
+        conn.close()
+    return report
+
+
+def _import_rows(conn: sqlite3.Connection, rows: list[tuple[Any, ...]], target: Store,
+                 report: ImportReport) -> None:
+    if len(rows) > MAX_ENTRIES:
+        raise ClmagicError(f"bundle holds over {MAX_ENTRIES:,} entries; not importing it")
+    try:
+        from .devices import list_devices
+
+        here = {d.fingerprint for d in list_devices()}
+    except ClmagicError:
+        here = set()
+    missing: Counter[str] = Counter()
+    names: dict[str, str] = {}
+    batch: list[Entry] = []
+
+    def fail(why: str) -> None:
+        report.failed += 1
+        report.reasons.append(why)
+
+    for fp, key, bin_len, meta_len in rows:
+        if not (isinstance(fp, str) and isinstance(key, str) and valid_name(fp, key)):
+            fail(f"an entry with a malformed name {str(key)[:16]!r}")
+            continue
+        if not isinstance(bin_len, int) or not isinstance(meta_len, int) or (
+                bin_len > MAX_BINARY or meta_len > MAX_META):
+            fail(f"{key[:12]}: over the size limits")
+            continue
+        row = conn.execute(SQL_GET, (FORMAT_VERSION, fp, key)).fetchone()
+        try:
+            meta = row_meta(row)
+            entry = verified(key, fp, meta, row[-1])
+        except (ValueError, TypeError, CorruptEntry) as exc:
+            fail(f"{key[:12]}: {exc}")
+            continue
+        try:
+            present = target.get(fp, key) is not None
+        except CorruptEntry:
+            present = False  # a damaged local copy may be replaced
+        if present:
+            report.skipped += 1
+            continue
+        if fp not in here:
+            missing[fp] += 1
+            names[fp] = f"{entry.meta['device']} · {entry.meta['platform']}"
+        batch.append(entry)
+        if len(batch) >= _BATCH:
+            _flush(target, batch, report)
+    _flush(target, batch, report)
+    report.missing_devices = {fp: {"device": names[fp], "entries": n}
+                              for fp, n in missing.items()}
+
+
+def _flush(target: Store, batch: list[Entry], report: ImportReport) -> None:
+    if not batch:
+        return
+    stored = target.put_many(batch)
+    report.imported += stored
+    if stored < len(batch):
+        report.failed += len(batch) - stored
+        report.reasons.append(f"the cache refused {len(batch) - stored} entries "
+                              f"({target.reason or 'write failed'})")
+    batch.clear()

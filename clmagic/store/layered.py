@@ -1,0 +1,102 @@
+"""A local store with a shared remote one behind it (``CLMAGIC_REMOTE``).
+
+A local miss asks the remote; a remote hit is copied into the local store; a fresh build is
+written to both. Entries say where they came from in ``meta["store"]``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+
+from ..config import warn_once
+from ..entry import Entry
+from ..errors import CorruptEntry
+from ._common import stored_meta
+from .base import Store
+
+__all__ = ["LayeredStore"]
+
+
+class LayeredStore(Store):
+    """``local`` in front of ``remote``. ``delete`` and ``clear`` act on both layers."""
+
+    kind = "layered"
+
+    def __init__(self, local: Store, remote: Store):
+        self.local = local
+        self.remote = remote
+        self._from_remote: set[tuple[str, str]] = set()
+
+    @property
+    def location(self) -> str:
+        return f"{self.local.location} + {self.remote.location}"
+
+    @property
+    def writable(self) -> bool:  # type: ignore[override]
+        return self.local.writable or self.remote.writable
+
+    @property
+    def reason(self) -> str:  # type: ignore[override]
+        parts = [f"{s.kind}: {s.reason}" for s in (self.local, self.remote) if s.reason]
+        return "; ".join(parts)
+
+    def get(self, fingerprint: str, key: str) -> Entry | None:
+        try:
+            entry = self.local.get(fingerprint, key)
+        except CorruptEntry as exc:
+            warn_once(f"local cache entry {key[:12]} is damaged ({exc}); asking the remote")
+            self.local.delete(fingerprint, key)
+            entry = None
+        if entry is not None:
+            entry.meta.setdefault("store", self.local.kind)
+            return entry
+        entry = self.remote.get(fingerprint, key)  # CorruptEntry here goes to the caller
+        if entry is None:
+            return None
+        copy = Entry(key=key, fingerprint=fingerprint, meta=stored_meta(entry),
+                     binary=entry.binary)
+        self.local.put(copy)
+        self._from_remote.add((fingerprint, key))
+        entry.meta["store"] = self.remote.kind
+        return entry
+
+    def put(self, entry: Entry) -> bool:
+        local = self.local.put(entry)
+        remote = self.remote.put(entry)
+        return local or remote
+
+    def put_many(self, entries: Iterable[Entry]) -> int:
+        batch = list(entries)
+        return max(self.local.put_many(batch), self.remote.put_many(batch))
+
+    def record_hit(self, fingerprint: str, key: str) -> None:
+        self.local.record_hit(fingerprint, key)
+        if (fingerprint, key) in self._from_remote:  # the team's count: once per process
+            self._from_remote.discard((fingerprint, key))
+            self.remote.record_hit(fingerprint, key)
+
+    def delete(self, fingerprint: str, key: str) -> bool:
+        local = self.local.delete(fingerprint, key)
+        remote = self.remote.delete(fingerprint, key)
+        return local or remote
+
+    def entries(self, fingerprint: str | None = None) -> Iterator[Entry]:
+        seen: dict[tuple[str, str], Entry] = {}
+        for e in self.local.entries(fingerprint):
+            e.meta["store"] = self.local.kind
+            seen[(e.fingerprint, e.key)] = e
+        for e in self.remote.entries(fingerprint):
+            mine = seen.get((e.fingerprint, e.key))
+            if mine is None:
+                e.meta["store"] = self.remote.kind
+                yield e
+            else:
+                mine.meta["store"] = f"{self.local.kind}+{self.remote.kind}"
+        yield from seen.values()
+
+    def clear(self, fingerprint: str | None = None) -> tuple[int, int]:
+        held = {(e.fingerprint, e.key) for e in self.entries(fingerprint)}
+        _, local_bytes = self.local.clear(fingerprint)
+        _, remote_bytes = self.remote.clear(fingerprint)
+        self._from_remote.clear()
+        return len(held), local_bytes + remote_bytes

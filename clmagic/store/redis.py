@@ -1,0 +1,284 @@
+"""The Redis store: a cache shared by every machine of a team.
+
+One hash per entry under ``clmagic:v<format>:<fingerprint>:<key>`` (fields ``meta`` JSON,
+``binary``, ``hits``, ``last_used``), a set of keys per fingerprint (``…:<fingerprint>:index``)
+and a set of fingerprints (``clmagic:v<format>:devices``), so listing never runs ``KEYS *``.
+Every call is bounded by a short socket timeout and never retried: the first time the server is
+down, slow or gone, the store is skipped for the rest of the process with one warning.
+The ``redis`` client is imported only when a Redis store is opened (extra ``clmagic[redis]``).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, TypeVar
+from urllib.parse import urlsplit, urlunsplit
+
+from ..config import warn_once
+from ..entry import FORMAT_VERSION, Entry
+from ..errors import CorruptEntry
+from ._common import meta_ok, stored_meta, valid_name, verified
+from .base import Store
+
+__all__ = ["RedisStore", "SCHEMES"]
+
+SCHEMES = ("redis://", "rediss://")
+PREFIX = f"clmagic:v{FORMAT_VERSION}"
+CHUNK = 500
+T = TypeVar("T")
+
+# count a hit only on an entry that exists (no stray hashes), sliding its time to live
+_HIT = """
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  redis.call('HINCRBY', KEYS[1], 'hits', 1)
+  redis.call('HSET', KEYS[1], 'last_used', ARGV[1])
+  if tonumber(ARGV[2]) > 0 then redis.call('EXPIRE', KEYS[1], ARGV[2]) end
+  return 1
+end
+return 0
+"""
+
+
+def redact(url: str) -> str:
+    """``url`` without its password."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.rsplit("@", 1)[1]
+    user = parts.username or ""
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc}"))
+
+
+class RedisStore(Store):
+    """Entries in a Redis server (see the module docstring). ``ttl`` (seconds) expires entries
+    not used for that long; ``timeout`` bounds each call."""
+
+    kind = "redis"
+
+    def __init__(self, url: str, ttl: int | None = None, timeout: float = 1.0):
+        import redis
+        from redis.backoff import NoBackoff
+        from redis.retry import Retry
+
+        self.url = url
+        self.ttl = int(ttl) if ttl else 0
+        self.writable = True
+        self.reason = ""
+        self.available = True
+        self._errors: tuple[type[BaseException], ...] = (
+            redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError)
+        self._response_error = redis.exceptions.ResponseError
+        self.client = redis.Redis.from_url(
+            url, socket_timeout=timeout, socket_connect_timeout=min(timeout, 0.5),
+            retry=Retry(NoBackoff(), 0), retry_on_timeout=False, health_check_interval=0,
+        )
+        self._hit = self.client.register_script(_HIT)
+
+    @classmethod
+    def open(cls, url: str, ttl: int | None = None) -> RedisStore | None:
+        """A store at ``url``; ``None`` after one warning when the client is not installed or
+        the URL is malformed. The server is first contacted on first use."""
+        try:
+            return cls(url, ttl=ttl)
+        except ImportError:
+            warn_once(f"{redact(url)} needs the Redis client: pip install 'clmagic[redis]'; "
+                      "not using it")
+        except ValueError as exc:
+            warn_once(f"cannot use {redact(url)} as a cache ({exc})")
+        return None
+
+    @property
+    def location(self) -> str:
+        return redact(self.url)
+
+    def _name(self, fingerprint: str, key: str) -> str:
+        if not valid_name(fingerprint, key):
+            raise ValueError(f"bad fingerprint/key {fingerprint!r}/{key!r}")
+        return f"{PREFIX}:{fingerprint}:{key}"
+
+    @staticmethod
+    def _index(fingerprint: str) -> str:
+        return f"{PREFIX}:{fingerprint}:index"
+
+    def _down(self, exc: BaseException) -> None:
+        if self.available:
+            self.available = self.writable = False
+            self.reason = f"server unreachable ({type(exc).__name__}: {exc})"
+            warn_once(f"remote cache {self.location} is unreachable or too slow ({exc}); "
+                      "skipping it for the rest of this process")
+            try:
+                self.client.connection_pool.disconnect()
+            except Exception:  # noqa: BLE001 - already giving up on this server
+                pass
+
+    def _run(self, call: Callable[[Any], T], default: T) -> T:
+        """``call(client)`` unless the server is known down; on a connection problem, mark it
+        down and return ``default``."""
+        if not self.available:
+            return default
+        try:
+            return call(self.client)
+        except self._errors as exc:
+            self._down(exc)
+            return default
+
+    def _write(self, call: Callable[[Any], T], default: T) -> T:
+        if not self.writable:
+            return default
+        try:
+            return self._run(call, default)
+        except self._response_error as exc:  # e.g. OOM, a read-only replica
+            self.writable = False
+            self.reason = str(exc)
+            warn_once(f"remote cache {self.location} refused a write ({exc}); "
+                      "nothing more is saved there in this process")
+            return default
+
+    # -- the contract -------------------------------------------------------------------------
+
+    def get(self, fingerprint: str, key: str) -> Entry | None:
+        name = self._name(fingerprint, key)
+        try:
+            got = self._run(lambda c: c.hmget(name, "meta", "binary", "hits", "last_used"), None)
+        except self._response_error as exc:
+            raise CorruptEntry(f"redis: {exc}") from None
+        if got is None or (got[0] is None and got[1] is None):
+            return None
+        raw, binary, hits, last_used = got
+        try:
+            meta = json.loads(raw)
+        except (TypeError, ValueError, UnicodeDecodeError):
+            raise CorruptEntry("metadata is not valid JSON") from None
+        if not isinstance(meta, dict):
+            raise CorruptEntry("metadata is not a JSON object")
+        entry = verified(key, fingerprint, meta, binary)
+        entry.meta.update(hits=_int(hits), last_used=_float(last_used),
+                          stored_bytes=len(raw) + len(binary), store=self.kind)
+        return entry
+
+    def put(self, entry: Entry) -> bool:
+        return self.put_many([entry]) == 1
+
+    def put_many(self, entries: Iterable[Entry]) -> int:
+        """Write several entries in one pipelined round trip; returns how many were stored."""
+        batch = list(entries)
+        now = time.time()
+
+        def write(c: Any) -> int:
+            pipe = c.pipeline(transaction=False)
+            for e in batch:
+                if e.binary is None:
+                    raise ValueError("cannot store an entry without its binary")
+                name = self._name(e.fingerprint, e.key)
+                meta = json.dumps(stored_meta(e), separators=(",", ":"), sort_keys=True)
+                pipe.delete(name)
+                pipe.hset(name, mapping={"meta": meta, "binary": e.binary, "hits": 0,
+                                         "last_used": now})
+                if self.ttl:
+                    pipe.expire(name, self.ttl)
+                pipe.sadd(self._index(e.fingerprint), e.key)
+                pipe.sadd(f"{PREFIX}:devices", e.fingerprint)
+            pipe.execute()
+            return len(batch)
+
+        return self._write(write, 0) if batch else 0
+
+    def record_hit(self, fingerprint: str, key: str) -> None:
+        name = self._name(fingerprint, key)
+        self._write(lambda c: self._hit(keys=[name], args=[time.time(), self.ttl], client=c), 0)
+
+    def delete(self, fingerprint: str, key: str) -> bool:
+        name = self._name(fingerprint, key)
+
+        def drop(c: Any) -> bool:
+            pipe = c.pipeline(transaction=False)
+            pipe.delete(name)
+            pipe.srem(self._index(fingerprint), key)
+            return bool(pipe.execute()[0])
+
+        return self._write(drop, False)
+
+    def _fingerprints(self, fingerprint: str | None) -> list[str]:
+        if fingerprint:
+            return [fingerprint]
+        return self._members(f"{PREFIX}:devices")
+
+    def _keys(self, fingerprint: str) -> list[str]:
+        return self._members(self._index(fingerprint))
+
+    def _members(self, name: str) -> list[str]:
+        try:
+            raw = self._run(lambda c: c.smembers(name), set())
+        except self._response_error:  # not a set: nothing listable there
+            return []
+        return sorted(m.decode("utf-8", "replace") for m in raw)
+
+    def _fetch(self, fingerprint: str, keys: list[str], fields: tuple[str, ...]) -> list[Any]:
+        def fetch(c: Any) -> list[Any]:
+            pipe = c.pipeline(transaction=False)
+            for k in keys:
+                name = f"{PREFIX}:{fingerprint}:{k}"
+                pipe.hmget(name, *fields)
+                pipe.hstrlen(name, "binary")
+            return pipe.execute(raise_on_error=False)
+
+        return self._run(fetch, [])
+
+    def entries(self, fingerprint: str | None = None) -> Iterator[Entry]:
+        for fp in self._fingerprints(fingerprint):
+            keys = self._keys(fp)
+            for start in range(0, len(keys), CHUNK):
+                chunk = keys[start : start + CHUNK]
+                got = self._fetch(fp, chunk, ("meta", "hits", "last_used"))
+                gone = []
+                for i, k in enumerate(chunk[: len(got) // 2]):
+                    fields, size = got[2 * i], got[2 * i + 1]
+                    if isinstance(fields, Exception) or fields[0] is None:
+                        gone.append(k)  # expired or removed behind the index's back
+                        continue
+                    try:
+                        meta = json.loads(fields[0])
+                    except (ValueError, UnicodeDecodeError):
+                        continue
+                    if not (isinstance(meta, dict) and meta_ok(meta)) or meta["key"] != k:
+                        continue
+                    meta.update(hits=_int(fields[1]), last_used=_float(fields[2]),
+                                stored_bytes=len(fields[0]) + _int(size), store=self.kind)
+                    yield Entry(key=k, fingerprint=fp, meta=meta)
+                if gone:
+                    self._write(lambda c, fp=fp, gone=gone: c.srem(self._index(fp), *gone), 0)
+
+    def clear(self, fingerprint: str | None = None) -> tuple[int, int]:
+        count = freed = 0
+        for fp in self._fingerprints(fingerprint):
+            keys = self._keys(fp)
+            for start in range(0, len(keys), CHUNK):
+                chunk = keys[start : start + CHUNK]
+                got = self._fetch(fp, chunk, ("meta",))
+                names = [f"{PREFIX}:{fp}:{k}" for k in chunk]
+                if self._write(lambda c, names=names: c.delete(*names), -1) < 0:
+                    return count, freed
+                for i in range(len(got) // 2):
+                    fields, size = got[2 * i], got[2 * i + 1]
+                    if not isinstance(fields, Exception) and fields[0] is not None:
+                        count += 1
+                        freed += len(fields[0]) + _int(size)
+            self._write(lambda c, fp=fp: c.delete(self._index(fp)), 0)
+            self._write(lambda c, fp=fp: c.srem(f"{PREFIX}:devices", fp), 0)
+        return count, freed
+
+
+def _int(value: Any) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return 0
+
+
+def _float(value: Any) -> float | None:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None

@@ -1,0 +1,139 @@
+"""The store contract, run against every backend: directory, SQLite, Redis, local+remote."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+from conftest import child_env
+from stores import FP, FP2, synthetic
+
+from clmagic.errors import CorruptEntry
+
+TRACKS_HITS = {"sqlite", "redis"}  # layered: as its local store does
+
+
+def test_put_get_roundtrip_and_absent(store_factory, tmp_path):
+    store, _ = store_factory(tmp_path)
+    e = synthetic(1)
+    assert store.get(FP, e.key) is None
+    assert store.put(e) is True
+    got = store.get(FP, e.key)
+    assert got.binary == e.binary and got.key == e.key and got.fingerprint == FP
+    for name, value in e.meta.items():
+        assert got.meta[name] == value, name
+    assert got.kernels == ["k1", "scale"]
+
+
+def test_put_replaces_and_reopened_store_sees_it(store_factory, tmp_path):
+    store, location = store_factory(tmp_path)
+    first, second = synthetic(1), synthetic(1)
+    store.put(first)
+    store.put(second)
+    again = store_factory.reopen(location)
+    assert again.get(FP, first.key).binary == second.binary != first.binary
+    assert [e.key for e in again.entries()] == [first.key]
+
+
+def test_delete(store_factory, tmp_path):
+    store, _ = store_factory(tmp_path)
+    a, b = synthetic(1), synthetic(2)
+    store.put_many([a, b])
+    assert store.delete(FP, a.key) is True
+    assert store.get(FP, a.key) is None
+    assert store.delete(FP, a.key) is False
+    assert store.get(FP, b.key).binary == b.binary
+
+
+def test_entries_are_metadata_only_and_filter_by_device(store_factory, tmp_path):
+    store, _ = store_factory(tmp_path)
+    mine = [synthetic(i) for i in range(3)]
+    other = synthetic(9, fingerprint=FP2)
+    assert store.put_many([*mine, other]) == 4
+    listed = {e.key: e for e in store.entries()}
+    assert set(listed) == {e.key for e in [*mine, other]}
+    for e in [*mine, other]:
+        got = listed[e.key]
+        assert got.binary is None
+        assert got.meta["binary_sha256"] == e.meta["binary_sha256"]
+        assert got.meta["build_ms"] == e.meta["build_ms"]
+        assert got.meta["stored_bytes"] >= len(e.binary)
+    assert {e.key for e in store.entries(FP2)} == {other.key}
+
+
+def test_record_hit_counts_without_rewriting_the_binary(store_factory, tmp_path):
+    store, _ = store_factory(tmp_path)
+    e = synthetic(1)
+    store.put(e)
+    before = next(iter(store.entries()))
+    store.record_hit(FP, e.key)
+    store.record_hit(FP, e.key)
+    store.record_hit(FP, "f" * 64)  # an absent entry: nothing happens, nothing is created
+    after = next(iter(store.entries()))
+    assert store.get(FP, e.key).binary == e.binary
+    assert [x.key for x in store.entries()] == [e.key]
+    if store_factory.name in TRACKS_HITS or "hits" in after.meta:
+        assert after.meta["hits"] == before.meta.get("hits", 0) + 2
+        assert after.meta["last_used"] >= (before.meta.get("last_used") or 0)
+
+
+def test_clear_one_device_then_all(store_factory, tmp_path):
+    store, _ = store_factory(tmp_path)
+    store.put_many([synthetic(1), synthetic(2), synthetic(3, fingerprint=FP2)])
+    count, freed = store.clear(FP)
+    assert count == 2 and freed >= 2 * 256
+    assert [e.fingerprint for e in store.entries()] == [FP2]
+    assert store.clear()[0] == 1
+    assert list(store.entries()) == []
+    assert store.clear() == (0, 0)
+
+
+def test_corrupt_entry_raises_corrupt_entry(store_factory, tmp_path):
+    store, _ = store_factory(tmp_path)
+    e = synthetic(1)
+    store.put(e)
+    data = bytearray(store_factory.raw(store, FP, e.key))
+    data[-40] ^= 0xFF  # a byte of the binary
+    store_factory.write_raw(store, FP, e.key, bytes(data))
+    with pytest.raises(CorruptEntry, match="checksum"):
+        store.get(FP, e.key)
+    store.delete(FP, e.key)
+    assert store.get(FP, e.key) is None
+    assert store.put(e) and store.get(FP, e.key).binary == e.binary
+
+
+WRITER = """
+import json, os, sys
+sys.path.insert(0, os.environ["TESTS"])
+from stores import synthetic, FP
+from clmagic.config import Settings
+from clmagic.store import store_for
+store = store_for(Settings.from_env())
+who = int(os.environ["WHO"])
+ok = 0
+for n in range(who * 10, who * 10 + 20):  # the two writers overlap on 10 keys
+    ok += store.put(synthetic(n, tag="x"))
+    store.get(FP, synthetic(n, tag="x").key)
+print(json.dumps({"stored": ok}))
+"""
+
+
+def test_two_processes_write_at_once(store_factory, tmp_path):
+    import subprocess
+    from pathlib import Path
+
+    store, location = store_factory(tmp_path)
+    env = child_env(TESTS=str(Path(__file__).parent), **store_factory.env(location))
+    procs = [subprocess.Popen([sys.executable, "-c", WRITER], env={**env, "WHO": str(w)},
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for w in (0, 1)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    for p, (out, err) in zip(procs, outs, strict=True):
+        assert p.returncode == 0, err
+        assert json.loads(out.strip().splitlines()[-1])["stored"] == 20
+        assert "warning" not in err
+    keys = {e.key for e in store_factory.reopen(location).entries()}
+    assert len(keys) == 30
+    for n in range(30):
+        assert store.get(FP, synthetic(n, tag="x").key) is not None
