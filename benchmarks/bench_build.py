@@ -138,7 +138,7 @@ def role_hit_bare(args, work: Path) -> dict:
         opts = clmagic.options.parse_options(k["options"])
         for rep in range(args.repeats):
             src = _unique(k["source"], rep)
-            key = clmagic.key.cache_key(src.encode(), opts.effective, info)
+            key = compiler.key(src, k["options"], info)
             binary = compiler.store.get(info.fingerprint, key).binary
             order = ("hit", "bare") if rep % 2 == 0 else ("bare", "hit")
             for what in order:

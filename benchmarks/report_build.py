@@ -23,7 +23,7 @@ def _quantiles(values: list[float]) -> dict:
     values = sorted(values)
     if len(values) == 1:
         return {"median": values[0], "p25": values[0], "p75": values[0], "n": 1}
-    q = statistics.quantiles(values, n=4)
+    q = statistics.quantiles(values, n=4, method="inclusive")
     return {"median": statistics.median(values), "p25": q[0], "p75": q[2], "n": len(values)}
 
 

@@ -132,6 +132,12 @@ class Compiler:
 
     # -- the trip -----------------------------------------------------------------------------
 
+    def key(self, source: str | bytes, options: str | list[str] | None = None,
+            device: object = None) -> str:
+        """The cache key :meth:`build` would use for these arguments (nothing is built)."""
+        source, src = _check_source(source)
+        return _key(source, src, parse_options(options), self.resolve(device)[0])[0]
+
     def build(
         self,
         source: str | bytes,
@@ -151,8 +157,6 @@ class Compiler:
         for a source that cannot be compiled at all (empty, only comments, not UTF-8, NUL
         characters, over :data:`MAX_SOURCE` bytes).
         """
-        source, src = _check_source(source)
-        opts = parse_options(options)
         if context is not None:
             info = _devices.adopt_context(context)
             if info is None:
@@ -162,8 +166,9 @@ class Compiler:
             info, dev = self.resolve(device)
         ctx, queue = _devices.context_for(info, dev)
         t0 = time.perf_counter()  # the trip, not the one-time context creation
-        headers = find_headers(source, opts.include_dirs, os.getcwd())
-        key = cache_key(src, opts.effective, info, headers)
+        source, src = _check_source(source)
+        opts = parse_options(options)
+        key, headers = _key(source, src, opts, info)
 
         def finish(outcome: str, loaded: _Loaded, saved=False, note="") -> BuildResult:
             ms = (time.perf_counter() - t0) * 1000
@@ -252,6 +257,13 @@ class Compiler:
             return _loaded(ctx, prg, entry.build_ms, entry.meta.get("build_log", ""))
         except cl.Error as exc:
             raise CorruptEntry(f"the driver refused the stored binary: {exc}") from None
+
+
+def _key(source: str, src: bytes, opts: BuildOptions,
+         info: DeviceInfo) -> tuple[str, list[tuple[str, bytes]]]:
+    """The key and the headers it covers."""
+    headers = find_headers(source, opts.include_dirs, os.getcwd())
+    return cache_key(src, opts.effective, info, headers), headers
 
 
 def _check_source(source: str | bytes) -> tuple[str, bytes]:

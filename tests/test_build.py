@@ -242,3 +242,14 @@ def test_library_and_magic_share_a_key_despite_trailing_whitespace(compiler, ips
     assert ipshell.run_cell("%%clkernel --quiet\n" + spaced).success
     assert compiler.history.records[-1].key == built.key
     assert compiler.history.records[-1].outcome == "MEMORY"
+
+
+def test_key_method_predicts_the_build_key(compiler, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "inc").mkdir()
+    (tmp_path / "inc" / "scale.h").write_text("#define SCALE 2.0f\n")
+    src = '#include "scale.h"\n__kernel void k(__global float *a) { a[0] = SCALE; }'
+    predicted = compiler.key(src, "-O3 -Iinc")
+    assert compiler.build(src, "-O3 -Iinc").key == predicted
+    (tmp_path / "inc" / "scale.h").write_text("#define SCALE 3.0f\n")
+    assert compiler.key(src, "-O3 -Iinc") != predicted
