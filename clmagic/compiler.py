@@ -6,6 +6,7 @@ import os
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import pyopencl as cl
 
@@ -70,6 +71,17 @@ class BuildResult:
         return result_html(self)
 
 
+_PREPARED_MAX = 512
+
+
+class _Prepared(NamedTuple):
+    source: str
+    src: bytes
+    opts: BuildOptions
+    key: str
+    headers: list[tuple[str, bytes]]
+
+
 @dataclass
 class _Loaded:
     program: cl.Program
@@ -100,6 +112,7 @@ class Compiler:
         self.device_spec: str | None = self.settings.device
         self._memory: dict[tuple[str, str], _Loaded] = {}
         self._lock = threading.Lock()  # memory and history; builds themselves run in parallel
+        self._prepared: dict[tuple, _Prepared] = {}
 
     # -- device -------------------------------------------------------------------------------
 
@@ -135,8 +148,29 @@ class Compiler:
     def key(self, source: str | bytes, options: str | list[str] | None = None,
             device: object = None) -> str:
         """The cache key :meth:`build` would use for these arguments (nothing is built)."""
-        source, src = _check_source(source)
-        return _key(source, src, parse_options(options), self.resolve(device)[0])[0]
+        return self._prepare(source, options, self.resolve(device)[0]).key
+
+    def _prepare(self, source: str | bytes, options, info: DeviceInfo) -> _Prepared:
+        """Check and normalise the source, parse the options, find headers, hash the key.
+
+        Remembered for sources that include nothing, whose key depends on the arguments alone
+        (a re-run cell then costs a dict lookup: 0.36 ms → µs on the H200 host for silx code).
+        """
+        memo = (source, options if isinstance(options, (str, type(None))) else tuple(options),
+                info.fingerprint)
+        prepared = self._prepared.get(memo)
+        if prepared is not None:
+            return prepared
+        text, src = _check_source(source)
+        opts = parse_options(options)
+        key, headers = _key(text, src, opts, info)
+        prepared = _Prepared(text, src, opts, key, headers)
+        if "include" not in text:
+            with self._lock:
+                if len(self._prepared) >= _PREPARED_MAX:
+                    self._prepared.pop(next(iter(self._prepared)))
+                self._prepared[memo] = prepared
+        return prepared
 
     def build(
         self,
@@ -166,9 +200,7 @@ class Compiler:
             info, dev = self.resolve(device)
         ctx, queue = _devices.context_for(info, dev)
         t0 = time.perf_counter()  # the trip, not the one-time context creation
-        source, src = _check_source(source)
-        opts = parse_options(options)
-        key, headers = _key(source, src, opts, info)
+        source, src, opts, key, headers = self._prepare(source, options, info)
 
         def finish(outcome: str, loaded: _Loaded, saved=False, note="") -> BuildResult:
             ms = (time.perf_counter() - t0) * 1000

@@ -253,3 +253,15 @@ def test_key_method_predicts_the_build_key(compiler, tmp_path, monkeypatch):
     assert compiler.build(src, "-O3 -Iinc").key == predicted
     (tmp_path / "inc" / "scale.h").write_text("#define SCALE 3.0f\n")
     assert compiler.key(src, "-O3 -Iinc") != predicted
+
+
+def test_remembered_preparation_still_follows_headers(compiler, tmp_path, monkeypatch):
+    """Sources without #include skip re-preparation; an included header is re-read each time."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "v.h").write_text("#define V 1\n")
+    src = '#include "v.h"\n__kernel void k(__global int *a) { a[0] = V; }'
+    first = compiler.build(src)
+    (tmp_path / "v.h").write_text("#define V 2\n")
+    assert compiler.build(src).key != first.key
+    plain = compiler.build(SAXPY)
+    assert compiler.build(SAXPY).key == plain.key == compiler.key(SAXPY)
