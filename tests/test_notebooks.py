@@ -16,8 +16,19 @@ NOTEBOOKS = ROOT / "notebooks"
 # The HIT/MISS words under the %%clkernel cells: (fresh cache, same cache in a new kernel).
 OUTCOMES = {
     "01-getting-started.ipynb": (["MISS", "MEMORY", "MISS"], ["HIT", "MEMORY", "HIT"]),
+    # source, same, comment, option, -O3 (= no option), -D, -D spelt apart, new -D value,
+    # header v1, header v2, another device (Oclgrind here)
+    "02-what-is-in-the-key.ipynb": (
+        ["MISS", "MEMORY", "MISS", "MISS", "MEMORY", "MISS", "MEMORY", "MISS", "MISS", "MISS",
+         "MISS"],
+        ["HIT", "MEMORY", "HIT", "HIT", "MEMORY", "HIT", "MEMORY", "HIT", "HIT", "HIT", "HIT"]),
     "03-tuning-with-defines.ipynb": (["MISS"], ["HIT"]),
+    # add, box, add after Clear selected, SQLite file (new each run): MISS then HIT, add after
+    # clear + import of the bundle
+    "04-managing-and-sharing.ipynb": (["MISS", "MISS", "MISS", "MISS", "HIT", "HIT"],
+                                      ["HIT", "HIT", "MISS", "MISS", "HIT", "HIT"]),
 }
+WIDGET = "application/vnd.jupyter.widget-view+json"
 
 
 def execute(path: Path, cwd: Path, **env: str) -> nbformat.NotebookNode:
@@ -99,10 +110,44 @@ def twice(tmp_path, pocl):
     return run
 
 
+def text_of(outputs) -> str:
+    """Printed text and plain-text results of some outputs, joined."""
+    return "".join(o.get("text", "") or o.get("data", {}).get("text/plain", "") for o in outputs)
+
+
 def test_getting_started_misses_then_hits_in_a_new_kernel(twice):
     first, second = twice("01-getting-started.ipynb")
-    printed = "".join(o.get("text", "") for o in output_of(first, "max error"))
-    assert float(printed.split("max error:")[1]) < 1e-6
+    assert float(text_of(output_of(first, "max error")).split("max error:")[1]) < 1e-6
+    for nb in (first, second):
+        assert any(WIDGET in o.get("data", {}) for o in output_of(nb, "%clcache widget"))
+
+
+def test_what_is_in_the_key(twice, oclgrind):
+    first, second = twice("02-what-is-in-the-key.ipynb")
+    for nb in (first, second):
+        # the same cell after the header changed runs the new binary
+        assert [text_of(output_of(nb, f"assert run_gain() == {g}")) for g in ("2.0", "3.0")] == \
+            ["GAIN = 2.0\n", "GAIN = 3.0\n"]
+        per_device = frame_rows(output_of(nb, 'cache.groupby("device")'))
+        assert len(per_device) == 2  # POCL and the other platform
+        by_outcome = frame_rows(output_of(nb, 'history.groupby("outcome")'))
+        assert by_outcome["MEMORY"][0] == "3"
+    assert by_outcome.keys() == {"HIT", "MEMORY"}  # the second run built nothing
+    assert float(text_of(output_of(second, "time saved")).split()[3]) > 0
+
+
+def test_managing_and_sharing(twice):
+    first, second = twice("04-managing-and-sharing.ipynb")
+    for nb in (first, second):
+        assert any(WIDGET in o.get("data", {}) for o in output_of(nb, "panel = clmagic.Cache"))
+        cleared = text_of(output_of(nb, "clear_selected_button.click()"))
+        assert cleared.startswith("removed 1 entry") and "1 entries left" in cleared
+        sqlite_rows = frame_rows(output_of(nb, "pd.read_sql_query"))
+        assert list(sqlite_rows) == ["0"] and sqlite_rows["0"][-1] == "1"  # one entry, one hit
+        assert text_of(output_of(nb, "export_bundle")).startswith("exported 2 entries")
+        assert "0 entries in the cache" in text_of(output_of(nb, "clear_cache()"))
+        imported = text_of(output_of(nb, "import_bundle(\"my-kernels.db\")\n"))
+        assert imported.startswith("imported 2, skipped 0")
 
 
 def test_tuning_builds_every_tile_size_once_and_checks_against_numpy(twice):
