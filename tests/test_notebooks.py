@@ -4,6 +4,7 @@ the first build, a HIT for the same cell in a new kernel, no error output anywhe
 from __future__ import annotations
 
 import os
+from html.parser import HTMLParser
 from pathlib import Path
 
 import nbformat
@@ -76,11 +77,38 @@ def output_of(nb, marker: str) -> list:
     return found[0]
 
 
-def frame_rows(outputs) -> dict[str, list[str]]:
-    """A displayed DataFrame's text/plain rows, split on whitespace, keyed by index value."""
-    text = next(o.data["text/plain"] for o in outputs if "text/plain" in o.get("data", {}))
-    lines = text.splitlines()[2:]  # header line and index-name line
-    return {line.split()[0]: line.split()[1:] for line in lines if line.strip()}
+class _Table(HTMLParser):
+    """The cells of an HTML table, row by row."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rows: list[list[str]] = []
+        self._cell: list[str] | None = None
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "tr":
+            self.rows.append([])
+        elif tag in ("td", "th"):
+            self._cell = []
+
+    def handle_endtag(self, tag):
+        if tag in ("td", "th") and self._cell is not None:
+            self.rows[-1].append("".join(self._cell).strip())
+            self._cell = None
+
+    def handle_data(self, data):
+        if self._cell is not None:
+            self._cell.append(data)
+
+
+def frame_rows(outputs) -> dict[str, dict[str, str]]:
+    """A displayed DataFrame (read from its HTML table) as {index value: {column: text}}."""
+    html = next(o.data["text/html"] for o in outputs if "text/html" in o.get("data", {}))
+    table = _Table()
+    table.feed(html)
+    head, *body = [r for r in table.rows if r]
+    return {r[0]: dict(zip(head[1:], r[1:], strict=True))
+            for r in body if any(r[1:])}  # not the index-name row
 
 
 def test_notebooks_have_no_committed_outputs_and_a_kernelspec():
@@ -131,7 +159,7 @@ def test_what_is_in_the_key(twice, oclgrind):
         per_device = frame_rows(output_of(nb, 'cache.groupby("device")'))
         assert len(per_device) == 2  # POCL and the other platform
         by_outcome = frame_rows(output_of(nb, 'history.groupby("outcome")'))
-        assert by_outcome["MEMORY"][0] == "3"
+        assert by_outcome["MEMORY"]["trips"] == "3"
     assert by_outcome.keys() == {"HIT", "MEMORY"}  # the second run built nothing
     assert float(text_of(output_of(second, "time saved")).split(":")[1].split()[0]) > 0
 
@@ -143,7 +171,7 @@ def test_managing_and_sharing(twice):
         cleared = text_of(output_of(nb, "clear_selected_button.click()"))
         assert cleared.startswith("removed 1 entry") and "1 entries left" in cleared
         sqlite_rows = frame_rows(output_of(nb, "pd.read_sql_query"))
-        assert list(sqlite_rows) == ["0"] and sqlite_rows["0"][-1] == "1"  # one entry, one hit
+        assert list(sqlite_rows) == ["0"] and sqlite_rows["0"]["hits"] == "1"  # one entry, one hit
         assert text_of(output_of(nb, "export_bundle")).startswith("exported 2 entries")
         assert "0 entries in the cache" in text_of(output_of(nb, "clear_cache()"))
         imported = text_of(output_of(nb, "import_bundle(\"my-kernels.db\")\n"))
@@ -158,13 +186,13 @@ def test_tuning_builds_every_tile_size_once_and_checks_against_numpy(twice):
     for nb, words in ((first, fresh), (second, again)):
         rows = frame_rows(output_of(nb, "timings = pd.DataFrame"))
         assert list(rows) == sizes
-        assert [rows[ts][0] for ts in sizes] == words
-        assert len({rows[ts][1] for ts in sizes}) == len(sizes)  # one cache key per tile size
-        assert all(float(rows[ts][-1]) < 1e-3 for ts in sizes)  # max_error against numpy
+        assert [rows[ts]["outcome"] for ts in sizes] == words
+        assert len({rows[ts]["key"] for ts in sizes}) == len(sizes)  # one key per tile size
+        assert all(float(rows[ts]["max_error"]) < 1e-3 for ts in sizes)  # against numpy
         plot = output_of(nb, "plt.show()")
         assert any("image/png" in o.get("data", {}) for o in plot)
     # a HIT reports the build time that the first run measured
-    build_ms = [frame_rows(output_of(nb, "timings = pd.DataFrame"))["4"][2]
+    build_ms = [frame_rows(output_of(nb, "timings = pd.DataFrame"))["4"]["build_ms"]
                 for nb in (first, second)]
     assert build_ms[0] == build_ms[1]
 
