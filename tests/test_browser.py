@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, child_env
 
+import clmagic
+
 pytestmark = pytest.mark.browser
 
 CHROMIUM = os.environ.get("CLMAGIC_CHROMIUM", "/usr/bin/chromium")
@@ -129,7 +131,8 @@ def outcomes(page) -> list[str]:
                                      "els => els.map(e => e.dataset.outcome)")
 
 
-def test_notebook_1_in_jupyterlab_shows_miss_then_hit(lab, page):
+def test_notebook_1_in_jupyterlab_shows_miss_then_hit_and_the_cache_panel(lab, page, pocl,
+                                                                         oclgrind):
     url, cache = lab
     ARTIFACTS.mkdir(exist_ok=True)
     page.goto(f"{url}/lab/tree/{NOTEBOOK}")
@@ -164,3 +167,37 @@ def test_notebook_1_in_jupyterlab_shows_miss_then_hit(lab, page):
     hit.scroll_into_view_if_needed()
     assert hit.inner_text().startswith("HIT") and "build was" in hit.inner_text()
     page.screenshot(path=str(ARTIFACTS / "browser-01-hit.png"))
+
+    # the cache panel at the end of the notebook: a real ipywidgets view, driven by clicks
+    panel = page.locator(".jp-OutputArea .clmagic-widget")
+    panel.scroll_into_view_if_needed()
+    status = panel.locator(".widget-html").filter(has_text="entries ·")
+    expect_text(status, "2 entries")  # saxpy and twice, for POCL
+    dropdown = panel.locator(".widget-dropdown select")
+    assert dropdown.locator("option").count() == len(clmagic.list_devices())
+    dropdown.select_option(label=device_label(oclgrind))
+    expect_text(panel, "Oclgrind Simulator is now the device for %%clkernel")
+    expect_text(status, "0 entries")
+    dropdown.select_option(label=device_label(pocl))
+    expect_text(status, "2 entries")
+    clear_all = panel.get_by_role("button", name="Clear all for this device")
+    clear_all.click()
+    panel.get_by_role("button", name="Click again to clear 2 entries").click()  # confirms
+    expect_text(panel, "removed 2 entries")
+    expect_text(status, "0 entries")
+    assert not any(cache.rglob("*.clbin"))  # gone from the disk, not only from the page
+    assert page.locator(".jp-OutputArea .clmagic-widget").count() == 1
+    page.screenshot(path=str(ARTIFACTS / "browser-01-widget.png"))
+
+
+def device_label(spec: str) -> str:
+    """The dropdown's text for a device."""
+    info = clmagic.resolve_device(spec)[0]
+    return f"{info.platform_name} · {info.device_name}"
+
+
+def expect_text(locator, text: str) -> None:
+    """Wait until ``locator`` shows ``text`` (Playwright's auto-retrying assertion)."""
+    from playwright.sync_api import expect
+
+    expect(locator).to_contain_text(text, timeout=60_000)
