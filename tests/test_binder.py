@@ -33,7 +33,8 @@ for i, path in enumerate(sys.argv[2:]):
     if i == 0:
         nb.cells.append(nbformat.v4.new_code_cell(
             "import sys, json, clmagic; print(json.dumps([sys.executable, clmagic.__file__, "
-            "clmagic.get_compiler().resolve()[0].label]))"))
+            "clmagic.get_compiler().resolve()[0].label, "
+            "sorted({d.platform_name for d in clmagic.list_devices()})]))"))
     NotebookClient(nb, timeout=300, kernel_name="python3",
                    resources={"metadata": {"path": out}}).execute()
     nbformat.write(nb, f"{out}/{path.rsplit('/', 1)[-1]}")
@@ -44,7 +45,8 @@ COPY = ["pyproject.toml", "README.md", "clmagic", "binder", "notebooks"]
 
 def _run(cmd: list[str], **kw) -> subprocess.CompletedProcess[str]:
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, **kw)
-    assert proc.returncode == 0, f"{cmd}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    shown = " ".join(c if len(c) < 200 else "<script>" for c in cmd)
+    assert proc.returncode == 0, f"{shown}\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
     return proc
 
 
@@ -82,11 +84,14 @@ def test_binder_replay_runs_every_notebook(tmp_path):
     _run([py, "-c", RUNNER, str(out), *(str(repo / "notebooks" / n) for n in names)],
          env=student, cwd=out)
 
+    first = nbformat.read(out / names[0], as_version=4)
+    executable, module, device, platforms = json.loads(first.cells[-1].outputs[0]["text"])
     for name in names:
         nb = nbformat.read(out / name, as_version=4)
-        assert outcomes(nb) == OUTCOMES[name][0], name  # a fresh cache: MISS first
-    first = nbformat.read(out / names[0], as_version=4)
-    executable, module, device = json.loads(first.cells[-1].outputs[0]["text"])
+        expected = OUTCOMES[name][0]  # a fresh cache: MISS first
+        if name.startswith("02-") and len(platforms) == 1:
+            expected = expected[:-1]  # as on Binder: no second platform to build for
+        assert outcomes(nb) == expected, name
     assert device.startswith("POCL")  # CLMAGIC_DEVICE from binder/start, not a question
     assert Path(executable).parent == venv / "bin"  # the kernel ran in the replayed environment
     assert "site-packages" in module and str(venv) in module  # clmagic as postBuild installed it
