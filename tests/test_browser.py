@@ -180,6 +180,7 @@ def test_notebook_1_in_jupyterlab_shows_miss_then_hit_and_the_cache_panel(lab, p
     expect_text(status, "0 entries")
     dropdown.select_option(label=device_label(pocl))
     expect_text(status, "2 entries")
+    panel.screenshot(path=str(ARTIFACTS / "browser-01-panel.png"))
     clear_all = panel.get_by_role("button", name="Clear all for this device")
     clear_all.click()
     panel.get_by_role("button", name="Click again to clear 2 entries").click()  # confirms
