@@ -174,7 +174,7 @@ def test_managing_and_sharing(twice):
         assert list(sqlite_rows) == ["0"] and sqlite_rows["0"]["hits"] == "1"  # one entry, one hit
         assert text_of(output_of(nb, "export_bundle")).startswith("exported 2 entries")
         assert "0 entries in the cache" in text_of(output_of(nb, "clear_cache()"))
-        imported = text_of(output_of(nb, "clmagic.import_bundle("))
+        imported = text_of(output_of(nb, "%clcache import"))
         assert imported.startswith("imported 2, skipped 0")
 
 
