@@ -137,7 +137,8 @@ def default_device(preferred: str | None = None) -> tuple[DeviceInfo, cl.Device]
 
 def resolve_device(spec: str | int | cl.Device | DeviceInfo | None) -> tuple[DeviceInfo, cl.Device]:
     """Find a device from a spec: ``"P:D"``, ``"P"``, a case-insensitive substring of
-    ``"platform device"``, a fingerprint, a pyopencl device or a :class:`DeviceInfo`."""
+    ``"platform device"`` or of the label (so ``"pocl"`` works), a fingerprint, a pyopencl
+    device or a :class:`DeviceInfo`."""
     inv = _inventory()
     if spec is None:
         return default_device()
@@ -161,7 +162,7 @@ def resolve_device(spec: str | int | cl.Device | DeviceInfo | None) -> tuple[Dev
         if info.fingerprint == needle:
             return info, dev
     for info, dev in inv:
-        if needle in f"{info.platform_name} {info.device_name}".lower():
+        if needle in f"{info.platform_name} {info.device_name} {info.label}".lower():
             return info, dev
     raise DeviceError(f"no OpenCL device matches {text!r}; {_choices(inv)}")
 

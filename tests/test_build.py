@@ -219,6 +219,7 @@ def test_bad_options_are_one_line_errors(bad):
 def test_device_specs(pocl, oclgrind):
     assert clmagic.resolve_device(pocl)[0].spec == pocl
     assert clmagic.resolve_device("OCLGRIND")[0].spec == oclgrind
+    assert clmagic.resolve_device("pocl")[0].label.startswith("POCL")  # the label's short name
     info = clmagic.resolve_device(oclgrind)[0]
     assert clmagic.resolve_device(info.fingerprint)[0] == info
     for bad in ("no-such-device", "9:9", "0:99"):

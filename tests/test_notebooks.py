@@ -1,7 +1,10 @@
-"""Notebooks executed top to bottom in real Jupyter kernels against a fresh cache."""
+"""Every notebook executed top to bottom in real Jupyter kernels against a fresh cache: a MISS on
+the first build, a HIT for the same cell in a new kernel, no error output anywhere."""
 
 from __future__ import annotations
 
+import os
+from html.parser import HTMLParser
 from pathlib import Path
 
 import nbformat
@@ -11,13 +14,29 @@ from nbclient import NotebookClient
 
 NOTEBOOKS = ROOT / "notebooks"
 
+# The HIT/MISS words under the %%clkernel cells: (fresh cache, same cache in a new kernel).
+OUTCOMES = {
+    "01-getting-started.ipynb": (["MISS", "MEMORY", "MISS"], ["HIT", "MEMORY", "HIT"]),
+    # source, same, comment, option, -O3 (= no option), -D, -D spelt apart, new -D value,
+    # header v1, header v2, another device (Oclgrind here)
+    "02-what-is-in-the-key.ipynb": (
+        ["MISS", "MEMORY", "MISS", "MISS", "MEMORY", "MISS", "MEMORY", "MISS", "MISS", "MISS",
+         "MISS"],
+        ["HIT", "MEMORY", "HIT", "HIT", "MEMORY", "HIT", "MEMORY", "HIT", "HIT", "HIT", "HIT"]),
+    "03-tuning-with-defines.ipynb": (["MISS"], ["HIT"]),
+    # add, box, add after Clear selected, SQLite file (new each run): MISS then HIT, add after
+    # clear + import of the bundle
+    "04-managing-and-sharing.ipynb": (["MISS", "MISS", "MISS", "MISS", "HIT", "HIT"],
+                                      ["HIT", "HIT", "MISS", "MISS", "HIT", "HIT"]),
+}
+WIDGET = "application/vnd.jupyter.widget-view+json"
+
 
 def execute(path: Path, cwd: Path, **env: str) -> nbformat.NotebookNode:
+    """Run a notebook in a new python3 kernel whose environment has ``env``; return it run."""
     nb = nbformat.read(path, as_version=4)
     client = NotebookClient(nb, timeout=300, kernel_name="python3",
                             resources={"metadata": {"path": str(cwd)}})
-    import os
-
     saved = dict(os.environ)
     os.environ.update(child_env(**env))
     try:
@@ -28,18 +47,68 @@ def execute(path: Path, cwd: Path, **env: str) -> nbformat.NotebookNode:
     return nb
 
 
-def outcomes(nb) -> list[str]:
-    """The HIT/MISS word of every %%clkernel report, in cell order."""
-    words = []
+def code_outputs(nb) -> list[tuple[str, list]]:
+    """(source, outputs) of every code cell; fails on any error output."""
+    cells = []
     for cell in nb.cells:
         if cell.cell_type != "code":
             continue
         for out in cell.get("outputs", []):
             assert out.output_type != "error", f"error in cell:\n{cell.source}\n{out}"
+        cells.append((cell.source, cell.get("outputs", [])))
+    return cells
+
+
+def outcomes(nb) -> list[str]:
+    """The HIT/MISS word of every %%clkernel report, in cell order (no error outputs allowed)."""
+    words = []
+    for _, outputs in code_outputs(nb):
+        for out in outputs:
             html = out.get("data", {}).get("text/html", "")
             if "clmagic-result" in html:
                 words.append(html.split('data-outcome="')[1].split('"')[0])
     return words
+
+
+def output_of(nb, marker: str) -> list:
+    """The outputs of the one code cell whose source contains ``marker``."""
+    found = [outs for src, outs in code_outputs(nb) if marker in src]
+    assert len(found) == 1, f"{len(found)} cells contain {marker!r}"
+    return found[0]
+
+
+class _Table(HTMLParser):
+    """The cells of an HTML table, row by row."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rows: list[list[str]] = []
+        self._cell: list[str] | None = None
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "tr":
+            self.rows.append([])
+        elif tag in ("td", "th"):
+            self._cell = []
+
+    def handle_endtag(self, tag):
+        if tag in ("td", "th") and self._cell is not None:
+            self.rows[-1].append("".join(self._cell).strip())
+            self._cell = None
+
+    def handle_data(self, data):
+        if self._cell is not None:
+            self._cell.append(data)
+
+
+def frame_rows(outputs) -> dict[str, dict[str, str]]:
+    """A displayed DataFrame (read from its HTML table) as {index value: {column: text}}."""
+    html = next(o.data["text/html"] for o in outputs if "text/html" in o.get("data", {}))
+    table = _Table()
+    table.feed(html)
+    head, *body = [r for r in table.rows if r]
+    return {r[0]: dict(zip(head[1:], r[1:], strict=True))
+            for r in body if any(r[1:])}  # not the index-name row
 
 
 def test_notebooks_have_no_committed_outputs_and_a_kernelspec():
@@ -51,13 +120,81 @@ def test_notebooks_have_no_committed_outputs_and_a_kernelspec():
                 assert not cell.outputs and cell.execution_count is None, path.name
 
 
-def test_getting_started_misses_then_hits_in_a_new_kernel(tmp_path, pocl):
-    env = dict(CLMAGIC_CACHE_DIR=str(tmp_path / "cache"), CLMAGIC_DEVICE=pocl)
-    path = NOTEBOOKS / "01-getting-started.ipynb"
-    first = outcomes(execute(path, tmp_path, **env))
-    second = outcomes(execute(path, tmp_path, **env))
-    assert first == ["MISS", "MEMORY", "MISS"]
-    assert second == ["HIT", "MEMORY", "HIT"]
+def test_every_notebook_is_tested():
+    assert sorted(p.name for p in NOTEBOOKS.glob("*.ipynb")) == sorted(OUTCOMES)
+
+
+@pytest.fixture
+def twice(tmp_path, pocl):
+    """Run a notebook against a fresh cache, then again in a new kernel on the same cache."""
+
+    def run(name: str):
+        env = dict(CLMAGIC_CACHE_DIR=str(tmp_path / "cache"), CLMAGIC_DEVICE=pocl)
+        first = execute(NOTEBOOKS / name, tmp_path, **env)
+        second = execute(NOTEBOOKS / name, tmp_path, **env)
+        assert (outcomes(first), outcomes(second)) == OUTCOMES[name]
+        return first, second
+
+    return run
+
+
+def text_of(outputs) -> str:
+    """Printed text and plain-text results of some outputs, joined."""
+    return "".join(o.get("text", "") or o.get("data", {}).get("text/plain", "") for o in outputs)
+
+
+def test_getting_started_misses_then_hits_in_a_new_kernel(twice):
+    first, second = twice("01-getting-started.ipynb")
+    assert float(text_of(output_of(first, "max error")).split("max error:")[1]) < 1e-6
+    for nb in (first, second):
+        assert any(WIDGET in o.get("data", {}) for o in output_of(nb, "%clcache widget"))
+
+
+def test_what_is_in_the_key(twice, oclgrind):
+    first, second = twice("02-what-is-in-the-key.ipynb")
+    for nb in (first, second):
+        # the same cell after the header changed runs the new binary
+        assert [text_of(output_of(nb, f"assert run_gain() == {g}")) for g in ("2.0", "3.0")] == \
+            ["GAIN = 2.0\n", "GAIN = 3.0\n"]
+        per_device = frame_rows(output_of(nb, 'cache.groupby("device")'))
+        assert len(per_device) == 2  # POCL and the other platform
+        by_outcome = frame_rows(output_of(nb, 'history.groupby("outcome")'))
+        assert by_outcome["MEMORY"]["trips"] == "3"
+    assert by_outcome.keys() == {"HIT", "MEMORY"}  # the second run built nothing
+    assert float(text_of(output_of(second, "time saved")).split(":")[1].split()[0]) > 0
+
+
+def test_managing_and_sharing(twice):
+    first, second = twice("04-managing-and-sharing.ipynb")
+    for nb in (first, second):
+        assert any(WIDGET in o.get("data", {}) for o in output_of(nb, "panel = clmagic.Cache"))
+        cleared = text_of(output_of(nb, "clear_selected_button.click()"))
+        assert cleared.startswith("removed 1 entry") and "1 entries left" in cleared
+        sqlite_rows = frame_rows(output_of(nb, "pd.read_sql_query"))
+        assert list(sqlite_rows) == ["0"] and sqlite_rows["0"]["hits"] == "1"  # one entry, one hit
+        assert text_of(output_of(nb, "export_bundle")).startswith("exported 2 entries")
+        assert "0 entries in the cache" in text_of(output_of(nb, "clear_cache()"))
+        imported = text_of(output_of(nb, "%clcache import"))
+        assert imported.startswith("imported 2, skipped 0")
+
+
+def test_tuning_builds_every_tile_size_once_and_checks_against_numpy(twice):
+    first, second = twice("03-tuning-with-defines.ipynb")
+    sizes = ["2", "4", "8", "16", "32"]
+    fresh = ["MISS", "MISS", "MEMORY", "MISS", "MISS"]
+    again = ["HIT", "HIT", "MEMORY", "HIT", "HIT"]
+    for nb, words in ((first, fresh), (second, again)):
+        rows = frame_rows(output_of(nb, "timings = pd.DataFrame"))
+        assert list(rows) == sizes
+        assert [rows[ts]["outcome"] for ts in sizes] == words
+        assert len({rows[ts]["key"] for ts in sizes}) == len(sizes)  # one key per tile size
+        assert all(float(rows[ts]["max_error"]) < 1e-3 for ts in sizes)  # against numpy
+        plot = output_of(nb, "plt.show()")
+        assert any("image/png" in o.get("data", {}) for o in plot)
+    # a HIT reports the build time that the first run measured
+    build_ms = [frame_rows(output_of(nb, "timings = pd.DataFrame"))["4"]["build_ms"]
+                for nb in (first, second)]
+    assert build_ms[0] == build_ms[1]
 
 
 @pytest.fixture(autouse=True)

@@ -1,0 +1,204 @@
+"""A real browser: JupyterLab started on a loopback port with a temporary root, Debian's Chromium
+driven by Playwright, notebook 1 run as a student runs it."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, child_env
+
+import clmagic
+
+pytestmark = pytest.mark.browser
+
+CHROMIUM = os.environ.get("CLMAGIC_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_FLAGS = ["--no-sandbox", "--headless", "--disable-gpu", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update",
+                  "--disable-sync"]
+ARTIFACTS = ROOT / "test-artifacts"
+NOTEBOOK = "01-getting-started.ipynb"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def lab(tmp_path, pocl):
+    """JupyterLab on 127.0.0.1, empty token, root = a temporary folder holding notebook 1."""
+    missing = [what for what, there in (
+        (f"Chromium at {CHROMIUM}", Path(CHROMIUM).exists()),
+        ("Playwright for Python", importlib.util.find_spec("playwright") is not None),
+        ("JupyterLab", importlib.util.find_spec("jupyterlab") is not None)) if not there]
+    if missing:
+        why = f"no {', '.join(missing)} (scripts/setup.sh test installs them)"
+        if os.environ.get("CLMAGIC_REQUIRE_BROWSER") == "1":  # .ci/run: never skip
+            pytest.fail(why)
+        pytest.skip(why)
+    root, state = tmp_path / "root", tmp_path / "state"
+    root.mkdir()
+    shutil.copy2(ROOT / "notebooks" / NOTEBOOK, root / NOTEBOOK)
+    notes = state / "settings" / "@jupyterlab" / "apputils-extension"
+    notes.mkdir(parents=True)  # no "get notified about Jupyter news?" toast over the page
+    (notes / "notification.jupyterlab-settings").write_text('{"fetchNews": "false"}')
+    port = _free_port()
+    env = child_env(CLMAGIC_CACHE_DIR=str(tmp_path / "cache"), CLMAGIC_DEVICE=pocl,
+                    JUPYTER_RUNTIME_DIR=str(state / "runtime"),
+                    JUPYTERLAB_WORKSPACES_DIR=str(state / "workspaces"),
+                    JUPYTERLAB_SETTINGS_DIR=str(state / "settings"))
+    log = open(tmp_path / "lab.log", "w")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
+         "--port-retries=0", f"--ServerApp.root_dir={root}", "--IdentityProvider.token=",
+         "--ServerApp.password=", "--LabApp.expose_app_in_browser=True", "--allow-root",
+         "--LabApp.extension_manager=readonly",
+         "--LabApp.news_url=", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"],
+        env=env, stdout=log, stderr=subprocess.STDOUT, cwd=root)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                with urllib.request.urlopen(f"{url}/api/status", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                pytest.fail("JupyterLab did not start:\n" + (tmp_path / "lab.log").read_text())
+            time.sleep(0.25)
+        yield url, tmp_path / "cache"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+
+
+@pytest.fixture
+def page(lab):
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS)
+        try:
+            pg = browser.new_page(viewport={"width": 1280, "height": 1000})
+            pg.set_default_timeout(int(os.environ.get("CLMAGIC_BROWSER_TIMEOUT_MS", "120000")))
+            yield pg
+            ARTIFACTS.mkdir(exist_ok=True)  # the last state, for a failure's post-mortem
+            pg.screenshot(path=str(ARTIFACTS / "browser-last.png"))
+        finally:
+            browser.close()
+
+
+def run_all(page, restart: bool = False) -> None:
+    """Fire Run All (or Restart + Run All) without waiting for the command's promise."""
+    command = "notebook:restart-run-all" if restart else "notebook:run-all-cells"
+    page.evaluate(f"() => {{ window.jupyterapp.commands.execute('{command}'); }}")
+    if restart:
+        page.locator(".jp-Dialog .jp-mod-accept").click()
+
+
+KERNEL_IDLE = """() => {
+    const ctx = window.jupyterapp?.shell.currentWidget?.sessionContext;
+    return !!ctx && ctx.isReady && ctx.session?.kernel?.status === 'idle';
+}"""
+
+
+def wait_idle(page) -> None:
+    """Every code cell ran: the kernel is idle and no prompt says [*]."""
+    page.wait_for_function(
+        "() => { const p = [...document.querySelectorAll('.jp-Notebook .jp-InputPrompt')];"
+        " return p.length > 0 && !p.some(e => e.textContent.includes('*')); }")
+    page.wait_for_function(KERNEL_IDLE)
+
+
+def outcomes(page) -> list[str]:
+    return page.eval_on_selector_all(".jp-OutputArea .clmagic-result",
+                                     "els => els.map(e => e.dataset.outcome)")
+
+
+def test_notebook_1_in_jupyterlab_shows_miss_then_hit_and_the_cache_panel(lab, page, pocl,
+                                                                         oclgrind):
+    url, cache = lab
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.goto(f"{url}/lab/tree/{NOTEBOOK}")
+    page.wait_for_selector(".jp-Notebook .jp-Cell")
+    page.evaluate("() => { window.jupyterapp.commands.execute('application:toggle-left-area'); }")
+    # the kernel is started from the notebook's kernelspec: no kernel picker
+    page.wait_for_function(KERNEL_IDLE)
+    assert page.locator(".jp-Dialog").count() == 0
+
+    run_all(page)
+    page.wait_for_function(
+        "() => document.querySelectorAll('.jp-OutputArea .clmagic-result').length === 3")
+    wait_idle(page)
+    assert outcomes(page) == ["MISS", "MEMORY", "MISS"]
+    first = page.locator(".jp-OutputArea .clmagic-result").first
+    assert first.inner_text().startswith("MISS")
+    assert "saxpy" in first.inner_text() and "saved" in first.inner_text()
+    assert page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']"
+                        ).count() == 0
+    assert page.locator(".jp-RenderedText[data-mime-type='application/vnd.jupyter.error']"
+                        ).count() == 0
+    assert any(cache.rglob("*.clbin"))
+    page.locator(".jp-CodeCell").nth(1).scroll_into_view_if_needed()  # the first %%clkernel
+    page.screenshot(path=str(ARTIFACTS / "browser-01-miss.png"))
+
+    run_all(page, restart=True)  # a new kernel, the same cache
+    page.wait_for_function(
+        "() => [...document.querySelectorAll('.jp-OutputArea .clmagic-result')]"
+        ".map(e => e.dataset.outcome).join() === 'HIT,MEMORY,HIT'")
+    wait_idle(page)
+    hit = page.locator(".jp-OutputArea .clmagic-result").first
+    hit.scroll_into_view_if_needed()
+    assert hit.inner_text().startswith("HIT") and "build was" in hit.inner_text()
+    page.screenshot(path=str(ARTIFACTS / "browser-01-hit.png"))
+
+    # the cache panel at the end of the notebook: a real ipywidgets view, driven by clicks
+    panel = page.locator(".jp-OutputArea .clmagic-widget")
+    panel.scroll_into_view_if_needed()
+    status = panel.locator(".widget-html").filter(has_text="entries ·")
+    expect_text(status, "2 entries")  # saxpy and twice, for POCL
+    dropdown = panel.locator(".widget-dropdown select")
+    assert dropdown.locator("option").count() == len(clmagic.list_devices())
+    dropdown.select_option(label=device_label(oclgrind))
+    expect_text(panel, "Oclgrind Simulator is now the device for %%clkernel")
+    expect_text(status, "0 entries")
+    dropdown.select_option(label=device_label(pocl))
+    expect_text(status, "2 entries")
+    panel.screenshot(path=str(ARTIFACTS / "browser-01-panel.png"))
+    clear_all = panel.get_by_role("button", name="Clear all for this device")
+    clear_all.click()
+    panel.get_by_role("button", name="Click again to clear 2 entries").click()  # confirms
+    expect_text(panel, "removed 2 entries")
+    expect_text(status, "0 entries")
+    assert not any(cache.rglob("*.clbin"))  # gone from the disk, not only from the page
+    assert page.locator(".jp-OutputArea .clmagic-widget").count() == 1
+    page.screenshot(path=str(ARTIFACTS / "browser-01-widget.png"))
+
+
+def device_label(spec: str) -> str:
+    """The dropdown's text for a device."""
+    info = clmagic.resolve_device(spec)[0]
+    return f"{info.platform_name} · {info.device_name}"
+
+
+def expect_text(locator, text: str) -> None:
+    """Wait until ``locator`` shows ``text`` (Playwright's auto-retrying assertion)."""
+    from playwright.sync_api import expect
+
+    expect(locator).to_contain_text(text, timeout=60_000)
