@@ -9,15 +9,13 @@ Library use, no IPython needed::
 
 from __future__ import annotations
 
-from .bundle import BundleReport, ImportReport, export_bundle, import_bundle
 from .compiler import BuildResult, Compiler
 from .config import Settings
 from .devices import DeviceInfo, list_devices, resolve_device
 from .entry import Entry
 from .errors import BuildError, ClmagicError, CorruptEntry, DeviceError, OptionsError
-from .manage import CacheInfo, Removed, cache_info, clear_cache, stats
 from .records import Outcome, Stats
-from .store import DirectoryStore, LayeredStore, RedisStore, SQLiteStore, Store, open_store
+from .store import DirectoryStore, Store, open_store
 
 __version__ = "0.1.0"
 
@@ -64,13 +62,25 @@ __all__ = [
 
 _compiler: Compiler | None = None
 
-# Names whose modules import pandas, matplotlib or ipywidgets: loaded on first use only, so
-# ``import clmagic`` and ``%load_ext clmagic`` stay light.
+# Names loaded on first use only, so ``import clmagic`` and ``%load_ext clmagic`` stay light:
+# their modules import pandas, matplotlib, ipywidgets or sqlite3, or are not on the build path.
 _LAZY = {
     "cache_frame": "frames",
     "history_frame": "frames",
     "plot_history": "plot",
     "CacheWidget": "widget",
+    "export_bundle": "bundle",
+    "import_bundle": "bundle",
+    "BundleReport": "bundle",
+    "ImportReport": "bundle",
+    "cache_info": "manage",
+    "CacheInfo": "manage",
+    "clear_cache": "manage",
+    "Removed": "manage",
+    "stats": "manage",
+    "SQLiteStore": "store",
+    "RedisStore": "store",
+    "LayeredStore": "store",
 }
 
 

@@ -5,19 +5,31 @@ a path ending in ``.db``/``.sqlite``/``.sqlite3`` → :class:`SQLiteStore`, ``re
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING
 
 from .base import Store
 from .directory import DirectoryStore
-from .layered import LayeredStore
-from .redis import RedisStore
-from .sqlite import SUFFIXES, SQLiteStore
 
 if TYPE_CHECKING:
     from ..config import Settings
+    from .layered import LayeredStore
+    from .redis import RedisStore
+    from .sqlite import SQLiteStore
 
 __all__ = ["Store", "DirectoryStore", "SQLiteStore", "LayeredStore", "RedisStore", "open_store",
-           "store_for"]
+           "store_for", "SUFFIXES"]
+
+#: file name endings that select the SQLite store
+SUFFIXES = (".db", ".sqlite", ".sqlite3")
+# backends other than the directory are imported when first used (sqlite3, redis cost start-up)
+_LAZY = {"SQLiteStore": "sqlite", "RedisStore": "redis", "LayeredStore": "layered"}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def open_store(location: str | None, ttl: int | None = None, trust: bool = False
@@ -31,8 +43,12 @@ def open_store(location: str | None, ttl: int | None = None, trust: bool = False
     if location is None:
         return None
     if location.startswith(("redis://", "rediss://")):
+        from .redis import RedisStore
+
         return RedisStore.open(location, ttl=ttl)
     if location.lower().endswith(SUFFIXES):
+        from .sqlite import SQLiteStore
+
         return SQLiteStore.open(location, trust=trust)
     return DirectoryStore.open(location, trust=trust)
 
@@ -44,4 +60,6 @@ def store_for(settings: Settings) -> Store | None:
     remote = open_store(settings.remote, ttl=settings.remote_ttl) if settings.remote else None
     if local is None or remote is None:
         return local or remote
+    from .layered import LayeredStore
+
     return LayeredStore(local, remote)

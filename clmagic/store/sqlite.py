@@ -21,6 +21,7 @@ from typing import Any
 from ..config import warn_once
 from ..entry import FORMAT_VERSION, Entry
 from ..errors import CorruptEntry
+from . import SUFFIXES  # the endings that select this store, re-exported
 from ._common import meta_ok, stored_meta, valid_name, verified
 from .base import Store
 from .directory import hostile
@@ -28,7 +29,6 @@ from .directory import hostile
 __all__ = ["SQLiteStore", "SCHEMA_VERSION", "SUFFIXES"]
 
 SCHEMA_VERSION = 1
-SUFFIXES = (".db", ".sqlite", ".sqlite3")
 BUSY_TIMEOUT_MS = 5000
 
 #: metadata fields kept as real columns (the rest of the metadata goes to ``extra`` as JSON)
