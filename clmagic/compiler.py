@@ -271,6 +271,8 @@ class Compiler:
 
     def _compile(self, ctx, dev, info: DeviceInfo, source: str, opts: BuildOptions,
                  line_offset: int) -> _Loaded:
+        if not strip_comments(source).strip():  # checked here: a cached source has code
+            raise ClmagicError("the source holds only comments: nothing to compile")
         prg = cl._cl._Program(ctx, source)
         t = time.perf_counter()
         try:
@@ -328,8 +330,6 @@ def _check_source(source: str | bytes) -> tuple[str, bytes]:
         raise ClmagicError(f"source holds a NUL character on line {line}")
     if not text.strip():
         raise ClmagicError("empty source: nothing to compile")
-    if not strip_comments(text).strip():
-        raise ClmagicError("the source holds only comments: nothing to compile")
     text = normalise_source(text)
     return text, text.encode("utf-8")
 

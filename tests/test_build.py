@@ -266,3 +266,24 @@ def test_remembered_preparation_still_follows_headers(compiler, tmp_path, monkey
     assert compiler.build(src).key != first.key
     plain = compiler.build(SAXPY)
     assert compiler.build(SAXPY).key == plain.key == compiler.key(SAXPY)
+
+
+def test_option_splitting_fast_path_agrees_with_shlex():
+    import random
+    import shlex
+    import string
+
+    from clmagic.options import _split
+
+    rng = random.Random(7)
+    alphabet = string.printable + "\xa0\x1c\x0b"
+    checked = 0
+    for _ in range(5000):
+        s = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 24)))
+        try:
+            expected = shlex.split(s)
+        except ValueError:
+            continue
+        assert _split(s)[1] == expected, repr(s)
+        checked += 1
+    assert checked > 1000
