@@ -3,8 +3,8 @@
 1. Real kernels from the silx and pyFAI wheels: the wheels are downloaded with pip into a temp
    folder at run time (nothing of theirs is committed) and their ``.cl`` files read. Many of them
    expect helper files to be prepended and ``-D`` defines set by their Python code; each file is
-   tried alone and then after the helper preludes, with a common set of defines. Files that do
-   not build on the device are skipped and listed.
+   built as silx/pyFAI build it (``CHAINS``), else alone and then after the helper preludes,
+   with a common set of defines. Files that do not build on the device are skipped and listed.
 2. Kernels pyopencl generates itself (elementwise, reduction, scan), captured at build time.
 3. A size sweep of generated kernels with 1 to 256 functions.
 """
@@ -27,6 +27,53 @@ DEFINES = (
 )
 # helper files that silx/pyFAI prepend to other kernels, in the order they use
 PRELUDES = ("doubleword.cl", "kahan.cl", "collective/reduction.cl", "collective/scan.cl")
+
+# How silx 3.1 and pyFAI 2026.9 build their kernels: (files concatenated in this order, -D
+# options), read from the ``kernel_files`` lists and ``compile_kernels`` methods of
+# silx/opencl/{medfilt,statistics,sift/plan,sift/match}.py and pyFAI/opencl/{azim_csr,azim_lut,
+# azim_hist,peak_finder,sort,ocl_hist_pixelsplit,OCLFullSplit}.py; sizes are typical values.
+# A file is built after the files before it in a chain, with that chain's options, trying each
+# chain that lists it in turn; files in no chain (or failing all) get the generic attempts.
+# Still skipped on POCL, as their own source does not compile: ocl_bispev.cl (``__kernel__``),
+# ocl_lut_pixelsplit.cl (unbalanced ``)``) and reduction_test.cl (undeclared ``thread_id_loc``).
+_S, _P = "silx/resources/opencl/", "pyFAI/resources/openCL/"
+_SIFT = "sift convolution preprocess algebra image gaussian reductions memset"
+CHAINS = [
+    ([_S + f"sift/{f}.cl" for f in (_SIFT + " orientation_gpu descriptor_gpu1 descriptor_gpu2"
+                                    " orientation_cpu descriptor_cpu").split()],
+     "-DWORKGROUP_SIZE=128"),
+    ([_S + f"sift/{f}.cl" for f in ("sift", "memset", "matching_gpu")], "-DWORKGROUP_SIZE=64"),
+    ([_S + f"sift/{f}.cl" for f in ("sift", "memset", "matching_cpu")], "-DWORKGROUP_SIZE=16"),
+    ([_S + "preprocess.cl", _S + "bitonic.cl", _S + "medfilt.cl"], "-DNIMAGE=1048576"),
+    ([_S + "doubleword.cl", _S + "statistics.cl"], ""),
+    ([_S + "doubleword.cl"] + [_P + f + ".cl" for f in (
+        "preprocess memset ocl_azim_CSR collective/reduction collective/scan "
+        "collective/comb_sort medfilt").split()], "-DNBINS=1000 -DNIMAGE=1048576"),
+    ([_S + "doubleword.cl", _P + "preprocess.cl", _P + "memset.cl", _P + "ocl_azim_LUT.cl"],
+     "-DNBINS=1000 -DNIMAGE=1048576 -DNLUT=64 -DON_CPU=1"),
+    # azim_hist retries with deactivate_atomic64.cl first where the first build fails (POCL)
+    *(([*first, _S + "doubleword.cl", _P + "preprocess.cl", _P + "ocl_histo.cl"],
+       "-DNBINS=1000 -DNIMAGE=1048576 -DWORKGROUP_SIZE=64")
+      for first in ([], [_P + "deactivate_atomic64.cl"])),
+    # OCL_PeakFinder uses the CSR integrator's options; OCL_SimplePeakFinder none
+    ([_S + "doubleword.cl"] + [_P + f + ".cl" for f in
+                               "preprocess memset ocl_azim_CSR sparsify peakfinder".split()],
+     "-DNBINS=1000 -DNIMAGE=1048576"),
+    ([_P + "simple_peak_picker.cl"], ""),
+    ([_S + "doubleword.cl"] + [_P + f + ".cl" for f in "bitonic separate sigma_clip".split()], ""),
+    ([_P + "ocl_hist_pixelsplit.cl"],
+     "-DBINS=1000 -DNIMAGE=1048576 -DWORKGROUP_SIZE=64 -DEPS=1.192093e-07"),
+    # OCLFullSplit's options for ocl_lut.cl, also used for its older variants
+    *(([_P + f"ocl_lut{v}.cl"], "-DBINS=1000 -DPOS_SIZE=8 -DSIZE=1048576 -DNIMAGE=1048576 "
+       "-DWORKGROUP_SIZE=64 -DEPS=1.192093e-07")
+      for v in ("", "_pixelsplit", "_pixelsplit2", "_pixelsplit3", "_pixelsplit_test")),
+]
+
+
+def _read(path: Path) -> str:
+    """A ``.cl`` file without its ``#include`` lines, as silx's ``read_cl_file`` reads it."""
+    lines = path.read_text(errors="replace").splitlines(keepends=True)
+    return "".join(line for line in lines if not line.startswith("#include ")) + "\n"
 
 
 @dataclass
@@ -62,18 +109,23 @@ def wheel_kernels(builds, corpus_dir: Path | None = None) -> tuple[list[Kernel],
     if corpus_dir is None:
         tmp = Path(tempfile.mkdtemp(prefix="clmagic-corpus-"))
         corpus_dir = extract_cl(_download(["silx", "pyFAI"], tmp / "wheels"), tmp / "src")
+    recipes: dict[str, list[tuple[list[str], str]]] = {}
+    for files, options in CHAINS:
+        for i, rel in enumerate(files):
+            recipes.setdefault(rel, []).append((files[:i], options))
     kept: list[Kernel] = []
     skipped: list[str] = []
     for folder in sorted({p.parent for p in corpus_dir.rglob("*.cl")}):
         root = next((p for p in [folder, *folder.parents] if p.name.lower() == "opencl"), folder)
-        preludes = "".join(
-            (root / p).read_text(errors="replace") + "\n" for p in PRELUDES if (root / p).exists()
-        )
+        preludes = "".join(_read(root / p) for p in PRELUDES if (root / p).exists())
         for path in sorted(folder.glob("*.cl")):
-            rel = str(path.relative_to(corpus_dir))
-            text = path.read_text(errors="replace")
-            opts = f"{DEFINES} -I{folder}"
-            for source in (text, preludes + text):
+            rel = path.relative_to(corpus_dir).as_posix()
+            text = _read(path)
+            attempts = [
+                ("".join(_read(corpus_dir / p) for p in before) + text, options)
+                for before, options in recipes.get(rel, [])
+            ] + [(text, DEFINES), (preludes + text, DEFINES)]
+            for source, opts in attempts:
                 if builds(source, opts):
                     kept.append(Kernel("silx/pyFAI", rel, source, opts))
                     break
