@@ -13,7 +13,8 @@ For every kernel of the corpora (see corpus.py), on one device, each timing in i
 - ``memory`` clmagic HIT from memory;
 - ``pyopencl`` pyopencl's default ``Program(ctx, src).build()`` in a fresh process, its own and
              the driver's caches on and warmed by an earlier process;
-- ``magic``  ``%%clkernel`` end to end in an InteractiveShell (disk HIT, fresh process).
+- ``magic``  ``%%clkernel`` end to end in an InteractiveShell (disk HIT, fresh process), and
+             ``cell``: the same cell under a cell magic that does nothing (IPython's own cost).
 
 Prints a table of medians and ratios and writes JSON (+ a markdown summary) under
 benchmarks/results/.
@@ -73,7 +74,9 @@ def role_prepare(args, work: Path) -> None:
 
     corpus_dir = Path(args.corpus_dir) if args.corpus_dir else None
     real, skipped = wheel_kernels(builds, corpus_dir)
-    kernels = real[: args.max_real] + pyopencl_kernels(ctx) + size_sweep()
+    real = [k for k in real if len(k.source) <= args.max_bytes]
+    step = max(1, -(-len(real) // args.max_real)) if args.max_real else len(real) + 1
+    kernels = real[::step] + pyopencl_kernels(ctx) + size_sweep()  # an even sample of real ones
     (work / "corpus.json").write_text(json.dumps({
         "kernels": [k.__dict__ for k in kernels], "skipped": skipped,
         "device": info.__dict__, "label": info.label,
@@ -186,9 +189,10 @@ def role_magic(args, work: Path) -> dict:
     shell = InteractiveShell.instance()
     compiler = clmagic.Compiler(Settings.from_env({"CLMAGIC_CACHE_DIR": str(work / "cache")}))
     shell.register_magics(CLMagics(shell=shell, compiler=compiler))
+    shell.register_magic_function(lambda line, cell: None, "cell", "noop")
     out = {}
     for k in _load(work):
-        rec = out.setdefault(k["name"], {"magic": []})
+        rec = out.setdefault(k["name"], {"magic": [], "cell": []})
         for rep in range(args.repeats):
             opts = f" --opts {k['options']}" if k["options"].strip() else ""
             cell = f"%%clkernel --quiet --device {info.spec}{opts}\n" + _unique(k["source"], rep)
@@ -196,6 +200,9 @@ def role_magic(args, work: Path) -> dict:
             res = shell.run_cell(cell, silent=True)
             rec["magic"].append(_ms(t0))
             assert res.success, res.error_in_exec
+            t0 = time.perf_counter()  # what IPython itself costs for the same cell
+            shell.run_cell(cell.replace("%%clkernel", "%%noop", 1), silent=True)
+            rec["cell"].append(_ms(t0))
     return out
 
 
@@ -207,7 +214,8 @@ ROLES = {"prepare": role_prepare, "cold_miss": role_cold_miss, "hit_bare": role_
 
 def _child(role: str, args, work: Path, env: dict[str, str]) -> dict:
     cmd = [sys.executable, __file__, "--role", role, "--work", str(work), "--device",
-           args.device or "", "--repeats", str(args.repeats), "--max-real", str(args.max_real)]
+           args.device or "", "--repeats", str(args.repeats), "--max-real", str(args.max_real),
+           "--max-bytes", str(args.max_bytes)]
     if args.corpus_dir:
         cmd += ["--corpus-dir", args.corpus_dir]
     proc = subprocess.run(cmd, env={**os.environ, **env}, capture_output=True, text=True)
@@ -215,6 +223,20 @@ def _child(role: str, args, work: Path, env: dict[str, str]) -> dict:
         raise SystemExit(f"role {role} failed:\n{proc.stderr[-4000:]}")
     path = work / f"{role}.json"
     return json.loads(path.read_text()) if path.exists() else {}
+
+
+def _machine() -> dict:
+    """CPU model and family, cores, OS and Python of this machine."""
+    info = {"python": platform.python_version(), "cores": os.cpu_count(),
+            "os": platform.platform(terse=True)}
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+        fields = dict(line.split(":", 1) for line in lines if ":" in line)
+        fields = {k.strip(): v.strip() for k, v in fields.items()}
+        info["cpu"] = f"{fields.get('model name', '?')} (family {fields.get('cpu family', '?')})"
+    except OSError:
+        info["cpu"] = platform.machine()
+    return info
 
 
 def import_overhead(repeats: int = 7) -> dict:
@@ -242,7 +264,11 @@ def main(argv=None) -> int:
     ap.add_argument("--device", default=None)
     ap.add_argument("--label", default=None, help="results file name (default: device label)")
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--max-real", type=int, default=1000, help="cap on silx/pyFAI kernels")
+    ap.add_argument("--max-real", type=int, default=1000,
+                    help="at most this many silx/pyFAI kernels, sampled evenly (POCL is slow)")
+    ap.add_argument("--max-bytes", type=int, default=1 << 30,
+                    help="leave out silx/pyFAI sources longer than this (POCL's binary readout "
+                         "compiles every kernel: minutes for the 100 KB ones)")
     ap.add_argument("--corpus-dir", default=None, help="unpacked .cl tree (no PyPI needed)")
     ap.add_argument("--out", default=str(HERE / "results"))
     ap.add_argument("--driver-cache", choices=("off", "on"), default="off",
@@ -281,8 +307,7 @@ def main(argv=None) -> int:
     summary = summarise(corpus, timings, imports, args)
     summary["wall_s"] = round(time.perf_counter() - t0, 1)
     summary["driver_cache"] = args.driver_cache
-    summary["machine"] = {"python": platform.python_version(), "cpu": platform.processor() or
-                          platform.machine(), "node": platform.node()}
+    summary["machine"] = _machine()
     write_results(summary, Path(args.out), args.label)
     return 0
 

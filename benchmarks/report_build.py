@@ -14,9 +14,10 @@ RATIOS = {
     "cold / HIT": ("cold", "hit", "speed-up"),
     "pyopencl default / HIT": ("pyopencl", "hit", "speed-up"),
     "%%clkernel HIT / bare load": ("magic", "bare", "end to end"),
+    "(%%clkernel − no-op magic) / bare": ("magic-cell", "bare", "without IPython's own cost"),
     "MEMORY / bare load": ("memory", "bare", ""),
 }
-COLUMNS = ("cold", "readout", "miss", "bare", "hit", "memory", "magic", "pyopencl")
+COLUMNS = ("cold", "readout", "miss", "bare", "hit", "memory", "magic", "cell", "pyopencl")
 
 
 def _quantiles(values: list[float]) -> dict:
@@ -35,6 +36,8 @@ def summarise(corpus: dict, timings: dict, imports: dict, args) -> dict:
     for k in corpus["kernels"]:
         t = timings.get(k["name"], {})
         med = {c: statistics.median(t[c]) for c in COLUMNS if t.get(c)}
+        if "magic" in med and "cell" in med:
+            med["magic-cell"] = med["magic"] - med["cell"]
         if "cold" in med and "readout" in med:
             med["cold+readout"] = statistics.median(
                 [c + r for c, r in zip(t["cold"], t["readout"], strict=True)])
@@ -65,6 +68,8 @@ def summarise(corpus: dict, timings: dict, imports: dict, args) -> dict:
         "device": corpus["device"], "device_label": corpus["label"],
         "skipped": corpus["skipped"], "kernels": len(per_kernel), "repeats": args.repeats,
         "pyopencl": pyopencl.VERSION_TEXT, "clmagic_commit": commit,
+        "sample": (f"at most {args.max_real} sources of at most {args.max_bytes} bytes, evenly"
+                   if args.max_real < 1000 or args.max_bytes < 1 << 30 else ""),
         "import_ms": imports, "table": table, "per_kernel": per_kernel,
     }
 
@@ -76,10 +81,12 @@ def markdown(s: dict) -> str:
         f"# clmagic build benchmark — {s['device_label']}", "",
         f"- device: {d['platform_name']} · {d['device_name']} · driver {d['driver_version']} · "
         f"{d['device_version']} · {d['platform_version']}",
-        f"- machine: {s['machine']}; pyopencl {s['pyopencl']}; clmagic {s['clmagic_commit']}",
+        "- machine: " + ", ".join(f"{k} {v}" for k, v in s["machine"].items())
+        + f"; pyopencl {s['pyopencl']}; clmagic {s['clmagic_commit']}",
         f"- {s['kernels']} kernels × {s['repeats']} repeats; driver caches "
         f"{s.get('driver_cache', 'off')} for the clmagic roles; wall {s.get('wall_s')} s; "
-        f"silx/pyFAI files skipped (do not build alone on this device): {len(s['skipped'])}",
+        f"silx/pyFAI files that do not build on this device: {len(s['skipped'])}"
+        + (f"; silx/pyFAI sample: {s['sample']}" if s.get("sample") else ""),
         "", "Ratios: median over kernels of each kernel's median ratio [p25–p75].", "",
         "| corpus | " + " | ".join(RATIOS) + " |",
         "|---|" + "---|" * len(RATIOS),
