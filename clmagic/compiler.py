@@ -14,8 +14,8 @@ from . import devices as _devices
 from .config import Settings, warn_once
 from .devices import DeviceInfo
 from .entry import Entry
-from .errors import BuildError, ClmagicError, CorruptEntry
-from .includes import find_headers, strip_comments
+from .errors import BuildError, ClmagicError, CorruptEntry, DeviceError
+from .includes import Unkeyable, find_headers, strip_comments
 from .key import cache_key
 from .options import BuildOptions, parse_options
 from .records import History, Outcome, Record, now
@@ -80,6 +80,9 @@ class _Prepared(NamedTuple):
     opts: BuildOptions
     key: str
     headers: list[tuple[str, bytes]]
+    preview: str
+    #: why the cache must be bypassed (includes past what a key can cover), else ""
+    unkeyable: str = ""
 
 
 @dataclass
@@ -125,10 +128,13 @@ class Compiler:
     def select_device(self, spec: object) -> DeviceInfo:
         """Make ``spec`` the device for the following builds; drops in-memory programs of the
         previous device (as an environment switch should)."""
-        old = self.resolve()[0]
         info, _ = _devices.resolve_device(spec)  # type: ignore[arg-type]
+        try:
+            old: DeviceInfo | None = self.resolve()[0]
+        except DeviceError:  # the previous choice was unusable: nothing of it in memory
+            old = None
         self.device_spec = info.spec
-        if old.fingerprint != info.fingerprint:
+        if old is not None and old.fingerprint != info.fingerprint:
             self.forget(old.fingerprint)
         return info
 
@@ -156,15 +162,23 @@ class Compiler:
         Remembered for sources that include nothing, whose key depends on the arguments alone
         (a re-run cell then costs a dict lookup: 0.36 ms → µs on the H200 host for silx code).
         """
-        memo = (source, options if isinstance(options, (str, type(None))) else tuple(options),
-                info.fingerprint)
+        if not isinstance(options, (str, type(None))):
+            options = tuple(options)  # hashable, and a generator is read once
+        if isinstance(source, (bytearray, memoryview)):
+            source = bytes(source)
+        memo = (source, options, info.fingerprint)
         prepared = self._prepared.get(memo)
         if prepared is not None:
             return prepared
         text, src = _check_source(source)
         opts = parse_options(options)
-        key, headers = _key(text, src, opts, info)
-        prepared = _Prepared(text, src, opts, key, headers)
+        try:
+            headers = find_headers(text, opts.include_dirs, os.getcwd())
+            unkeyable = ""
+        except Unkeyable as exc:
+            headers, unkeyable = [], str(exc)
+        key = cache_key(src, opts.effective, info, headers)
+        prepared = _Prepared(text, src, opts, key, headers, _preview(text), unkeyable)
         if "include" not in text:
             with self._lock:
                 if len(self._prepared) >= _PREPARED_MAX:
@@ -200,14 +214,14 @@ class Compiler:
             info, dev = self.resolve(device)
         ctx, queue = _devices.context_for(info, dev)
         t0 = time.perf_counter()  # the trip, not the one-time context creation
-        source, src, opts, key, headers = self._prepare(source, options, info)
+        source, src, opts, key, headers, preview, unkeyable = self._prepare(source, options, info)
 
         def finish(outcome: str, loaded: _Loaded, saved=False, note="") -> BuildResult:
             ms = (time.perf_counter() - t0) * 1000
             rec = Record(
                 time=now(), outcome=outcome, kernels=list(loaded.kernels), ms=ms,
                 build_ms=loaded.build_ms, device=info.label, fingerprint=info.fingerprint,
-                key=key, options=opts.effective, preview=_preview(source), source=source,
+                key=key, options=opts.effective, preview=preview, source=source,
                 saved_to_store=saved, note=note,
             )
             with self._lock:
@@ -218,9 +232,12 @@ class Compiler:
                 queue=queue, saved=saved, note=note, build_log=loaded.build_log, record=rec,
             )
 
-        if not use_cache:
+        if not use_cache or unkeyable:
             loaded = self._compile(ctx, dev, info, source, opts, line_offset)
-            return finish(Outcome.BYPASS, loaded, note="cache bypassed")
+            if unkeyable:
+                warn_once(f"not cached: {unkeyable}")
+            return finish(Outcome.BYPASS, loaded,
+                          note=f"not cached: {unkeyable}" if unkeyable else "cache bypassed")
 
         mem = self._memory.get((info.fingerprint, key))
         if mem is not None and mem.context == ctx:
@@ -291,13 +308,6 @@ class Compiler:
             return _loaded(ctx, prg, entry.build_ms, entry.meta.get("build_log", ""))
         except cl.Error as exc:
             raise CorruptEntry(f"the driver refused the stored binary: {exc}") from None
-
-
-def _key(source: str, src: bytes, opts: BuildOptions,
-         info: DeviceInfo) -> tuple[str, list[tuple[str, bytes]]]:
-    """The key and the headers it covers."""
-    headers = find_headers(source, opts.include_dirs, os.getcwd())
-    return cache_key(src, opts.effective, info, headers), headers
 
 
 def _check_source(source: str | bytes) -> tuple[str, bytes]:

@@ -18,9 +18,16 @@ from __future__ import annotations
 
 import os
 import re
+from collections import deque
 from collections.abc import Iterable
 
-__all__ = ["find_headers", "strip_comments", "MAX_HEADERS", "MAX_HEADER_BYTES"]
+from .errors import ClmagicError
+
+
+class Unkeyable(ClmagicError):
+    """The includes go past what a key can cover: the build must bypass the cache."""
+
+__all__ = ["find_headers", "strip_comments", "MAX_HEADERS", "MAX_HEADER_BYTES", "Unkeyable"]
 
 MAX_HEADERS = 4096
 MAX_HEADER_BYTES = 64 << 20
@@ -80,9 +87,9 @@ def find_headers(
     text = source.decode("utf-8", "replace") if isinstance(source, bytes) else source
     found: list[tuple[str, bytes]] = []
     seen: set[str] = set()
-    todo: list[tuple[str, str]] = [(text, cwd)]
+    todo: deque[tuple[str, str]] = deque([(text, cwd)])
     while todo:
-        body, folder = todo.pop(0)
+        body, folder = todo.popleft()
         for spelling in includes_of(body):
             rel = spelling[1:-1]
             for slot, base in [(".", folder), *slots, ("cwd", cwd)]:
@@ -93,9 +100,13 @@ def find_headers(
                 data = _read(path)
                 if data is None:
                     continue
+                if len(data) > MAX_HEADER_BYTES or len(found) >= MAX_HEADERS:
+                    # a key that left part of the headers out could serve a stale binary
+                    raise Unkeyable(
+                        f"the includes go past what a key can cover ({MAX_HEADERS} headers of "
+                        f"{MAX_HEADER_BYTES >> 20} MiB at most; {rel})"
+                    )
                 seen.add(real)
                 found.append((f"{spelling} @{slot}", data))
-                if len(found) > MAX_HEADERS:
-                    return found
                 todo.append((data.decode("utf-8", "replace"), os.path.dirname(path)))
     return found

@@ -287,3 +287,32 @@ def test_option_splitting_fast_path_agrees_with_shlex():
         assert _split(s)[1] == expected, repr(s)
         checked += 1
     assert checked > 1000
+
+
+def test_options_as_a_generator_and_a_bytearray_source(compiler):
+    opts = (o for o in ["-DUNUSED=1", "-cl-mad-enable"])
+    r = compiler.build(bytearray(SAXPY.encode()), opts)
+    assert r.options.effective == "-DUNUSED=1 -cl-mad-enable"
+    assert compiler.build(SAXPY, ["-DUNUSED=1", "-cl-mad-enable"]).key == r.key
+
+
+def test_includes_past_what_a_key_covers_build_without_the_cache(compiler, tmp_path,
+                                                                  monkeypatch, capsys):
+    import clmagic.includes as inc
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "big.h").write_text("#define BIG 1\n" + "// padding\n" * 200)
+    monkeypatch.setattr(inc, "MAX_HEADER_BYTES", 100)
+    src = '#include "big.h"\n__kernel void k(__global int *a) { a[0] = BIG; }'
+    first = compiler.build(src)
+    assert first.outcome == "BYPASS" and "not cached" in first.note
+    assert compiler.build(src).outcome == "BYPASS"  # never served from a partial key
+    assert "not cached: the includes go past" in capsys.readouterr().err
+
+
+def test_select_device_recovers_from_an_unusable_default(settings, oclgrind):
+    import dataclasses
+
+    broken = clmagic.Compiler(dataclasses.replace(settings, device="no-such-device"))
+    info = broken.select_device(oclgrind)
+    assert broken.build(SAXPY).device == info

@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from ..config import warn_once
-from ..entry import HEADER, MAX_META, Entry, decode, encode, read_meta
+from ..entry import HEADER, MAX_BINARY, MAX_META, Entry, decode, encode, read_meta
 from ..errors import CorruptEntry
 from .base import Store
 
@@ -37,6 +37,8 @@ TMP = ".tmp."
 #: a temp file older than this is a leftover even when its writer's pid is in use again
 STALE_TMP_S = 600.0
 HITS_SUFFIX = ".hits"
+#: no valid entry file is larger
+MAX_FILE = HEADER.size + MAX_META + MAX_BINARY + 32
 _O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _FULL = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
 
@@ -164,7 +166,10 @@ class DirectoryStore(Store):
             raise CorruptEntry(f"cannot open {path.name}: {exc.strerror}") from None
         try:
             with os.fdopen(fd, "rb", buffering=0) as fh:
-                data = bytearray(os.fstat(fd).st_size)  # one read, no growing buffer
+                size = os.fstat(fd).st_size
+                if size > MAX_FILE:  # before allocating: a planted giant is not read
+                    raise CorruptEntry(f"{path.name} is {size} bytes, over any entry's size")
+                data = bytearray(size)  # one read, no growing buffer
                 got = fh.readinto(data)
                 if got != len(data):
                     raise CorruptEntry(f"short read of {path.name}")
