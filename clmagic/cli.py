@@ -64,8 +64,13 @@ def _demo_child(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    owned = args.cache_dir is None
-    cache_dir = args.cache_dir or tempfile.mkdtemp(prefix="clmagic-demo-")
+    if args.cache_dir:
+        return _demo_runs(args, args.cache_dir)
+    with tempfile.TemporaryDirectory(prefix="clmagic-demo-") as cache_dir:
+        return _demo_runs(args, cache_dir)
+
+
+def _demo_runs(args: argparse.Namespace, cache_dir: str) -> int:
     env = {**os.environ, "POCL_KERNEL_CACHE": "0", "CUDA_CACHE_DISABLE": "1"}
     print(f"clmagic demo: cache at {cache_dir} (driver caches off); two separate processes")
     cmd = [sys.executable, "-m", "clmagic", "_demo-child", "--cache-dir", cache_dir]
@@ -83,10 +88,6 @@ def _demo(args: argparse.Namespace) -> int:
         runs.append(run)
         check = "result correct" if run["correct"] else "WRONG RESULT"
         print(f"process {n}: {run['line']} · {check}")
-    if owned:
-        import shutil
-
-        shutil.rmtree(cache_dir, ignore_errors=True)
     first, second = runs
     if (first["outcome"], second["outcome"]) != ("MISS", "HIT"):
         print("expected MISS then HIT", file=sys.stderr)
@@ -97,9 +98,10 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _devices(args: argparse.Namespace) -> int:
+    from .config import Settings
     from .devices import default_device, list_devices
 
-    default = default_device(os.environ.get("CLMAGIC_DEVICE") or os.environ.get("PYOPENCL_CTX"))
+    default = default_device(Settings.from_env().device)
     for d in list_devices():
         mark = "*" if d == default[0] else " "
         print(f"{mark} {d.spec:<5} {d.type:<5} {d.platform_name} · {d.device_name} "
@@ -108,16 +110,10 @@ def _devices(args: argparse.Namespace) -> int:
 
 
 def _info(args: argparse.Namespace) -> int:
-    from .config import Settings
-    from .store import store_for
+    from .manage import cache_info
 
-    s = Settings.from_env()
-    store = store_for(s)
-    print(f"cache:  {store.location if store else 'memory only'}"
-          f" ({store.kind if store else 'no persistent store'})")
-    for k, v in sorted(s.env.items()):
-        print(f"env:    {k}={v}")
-    return _devices(args)
+    print(cache_info())
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:

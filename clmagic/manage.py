@@ -195,15 +195,16 @@ class CacheInfo:
     devices: list[tuple[DeviceInfo, DeviceUsage | None]]
 
     def __str__(self) -> str:
-        state = "" if self.writable else f" (read-only: {self.reason})"
+        state = "" if self.writable or self.kind == "none" else f" (read-only: {self.reason})"
         lines = [f"cache:   {self.location} ({self.kind}){state}",
                  f"record:  {self.record}"]
         lines += [f"env:     {k}={v}" for k, v in sorted(self.env.items())] or ["env:     (none)"]
         for info, use in self.devices:
             mark = "*" if info.fingerprint == self.active else " "
             held = f"{use.entries} entries, {fmt_bytes(use.bytes)}" if use else "no entries"
-            lines.append(f"{mark} {info.spec:<5} {info.platform_name} · {info.device_name} "
-                         f"· {info.fingerprint} · {held}")
+            lines.append(f"{mark} {info.spec:<5} {info.type:<5} {info.platform_name} · "
+                         f"{info.device_name} · driver {info.driver_version} · "
+                         f"{info.fingerprint} · {held}")
         return "\n".join(lines)
 
     __repr__ = __str__
@@ -217,11 +218,17 @@ def cache_info(compiler: Compiler | None = None) -> CacheInfo:
     c = _compiler(compiler)
     store = c.store
     per = {d.fingerprint: d for d in usage(store)}
-    infos = _devices.list_devices()
+    infos: list[DeviceInfo] = []
+    active = ""
+    try:  # a diagnostic must work when the device setting or the platforms do not
+        infos = _devices.list_devices()
+        active = c.resolve()[0].fingerprint
+    except DeviceError:
+        pass
     return CacheInfo(
         location=store.location if store else "memory only",
         kind=store.kind if store else "none", writable=bool(store and store.writable),
         reason=(store.reason if store else "") or "", env=dict(c.settings.env),
-        record=c.settings.record, active=c.resolve()[0].fingerprint,
+        record=c.settings.record, active=active,
         devices=[(i, per.get(i.fingerprint)) for i in infos],
     )

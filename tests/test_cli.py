@@ -1,0 +1,35 @@
+"""The `clmagic` command: the quickstart's demo, devices and info."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from conftest import child_env
+
+
+def clmagic(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "clmagic", *args], env=child_env(**env),
+                          capture_output=True, text=True, timeout=240)
+
+
+def test_demo_misses_then_hits_in_two_processes_with_correct_results(pocl):
+    proc = clmagic("demo", "--device", pocl)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[1].startswith("process 1: MISS") and "result correct" in lines[1]
+    assert lines[2].startswith("process 2: HIT") and "build was" in lines[2]
+    assert "result correct" in lines[2] and "faster from the cache" in lines[3]
+
+
+def test_info_lists_devices_even_when_the_device_setting_is_unusable(tmp_path, pocl):
+    proc = clmagic("info", CLMAGIC_DEVICE="no-such-device", CLMAGIC_CACHE_DIR=str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    assert f"cache:   {tmp_path}" in proc.stdout and "(read-only" not in proc.stdout
+    assert "Portable Computing Language" in proc.stdout and "Oclgrind" in proc.stdout
+
+
+def test_devices_marks_the_default(pocl):
+    proc = clmagic("devices", CLMAGIC_DEVICE=pocl)
+    marked = [ln for ln in proc.stdout.splitlines() if ln.startswith("*")]
+    assert proc.returncode == 0 and len(marked) == 1 and pocl in marked[0]
