@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import html
+import importlib.util
 import io
 import time
 from typing import TYPE_CHECKING
@@ -14,7 +15,8 @@ from typing import TYPE_CHECKING
 import ipywidgets as w
 
 from . import devices as _devices
-from .manage import _compiler, clear_cache, remove_entries, stats
+from .manage import _compiler, clear_cache, remove_entries
+from .records import Stats
 from .report import fmt_bytes, fmt_duration
 
 if TYPE_CHECKING:
@@ -65,7 +67,7 @@ class CacheWidget(w.VBox):
     time saved), ``message`` (what the last action did), ``errors``, ``plot`` (session history).
     """
 
-    def __init__(self, compiler: Compiler | None = None, plot: bool = True):
+    def __init__(self, compiler: Compiler | None = None, plot: bool | None = None):
         self.compiler = _compiler(compiler)
         self.last_error: Exception | None = None
         self._armed = False
@@ -88,6 +90,8 @@ class CacheWidget(w.VBox):
         self.message = w.HTML()
         self.errors = w.HTML()
         self.plot = w.Image(format="png", layout=w.Layout(max_width="700px"))
+        if plot is None:  # matplotlib is an optional extra: no plot rather than an error
+            plot = importlib.util.find_spec("matplotlib") is not None
         self._with_plot = plot
         self.device.observe(self._on_device, names="value")
         self.refresh_button.on_click(self._on_refresh)
@@ -123,7 +127,7 @@ class CacheWidget(w.VBox):
         keep = [k for k in self.table.value if k in self._entries]
         self.table.options = [(_row(e), e.key) for e in entries]
         self.table.value = tuple(keep)
-        s = stats(self.compiler)
+        s = Stats.of(self.compiler.history.records)  # the session; no second store listing
         rate = "n/a" if s.hit_rate is None else f"{s.hit_rate:.0%}"
         size = sum(int(e.meta.get("stored_bytes") or 0) for e in entries)
         where = store.location if store is not None else "memory only (nothing stored)"
