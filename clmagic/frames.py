@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .manage import _compiler, device_fingerprints
+from .manage import _compiler, device_fingerprints, last_used
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -74,7 +74,7 @@ def cache_frame(device: object = None, *, compiler: Compiler | None = None,
             "device": m.get("device"), "platform": m.get("platform"), "driver": m.get("driver"),
             "source_bytes": m.get("source_bytes"), "binary_bytes": m.get("binary_bytes"),
             "build_ms": float(m.get("build_ms", float("nan"))), "created": m.get("created"),
-            "last_used": m.get("last_used", m.get("created")), "hits": m.get("hits"),
+            "last_used": last_used(e), "hits": m.get("hits"),
             "stored_bytes": m.get("stored_bytes"), "fingerprint": e.fingerprint,
             "store": m.get("store", where),
         }

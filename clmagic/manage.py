@@ -93,13 +93,14 @@ def select_entries(store: Store, device: object = None, older_than: str | float 
         entries = [e for e in entries if e.fingerprint in fps]
     if age is not None:
         cutoff = (time.time() if now is None else now) - age
-        entries = [e for e in entries if _last_used(e) < cutoff]
+        entries = [e for e in entries if last_used(e) < cutoff]
     if prefixes:
         entries = [e for e in entries if e.key.startswith(tuple(prefixes))]
     return entries
 
 
-def _last_used(e: Entry) -> float:
+def last_used(e: Entry) -> float:
+    """When an entry was last loaded from the store, else when it was built (epoch seconds)."""
     return float(e.meta.get("last_used") or e.meta.get("created") or 0.0)
 
 

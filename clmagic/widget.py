@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import ipywidgets as w
 
 from . import devices as _devices
-from .manage import _compiler, clear_cache, remove_entries
+from .manage import _compiler, clear_cache, last_used, remove_entries
 from .records import Stats
 from .report import fmt_bytes, fmt_duration
 
@@ -34,7 +34,7 @@ def _row(e: Entry) -> str:
     m = e.meta
     kernels = ", ".join(e.kernels) or "(none)"
     opts = m.get("options") or "-"
-    used = time.strftime("%Y-%m-%d %H:%M", time.localtime(m.get("last_used") or m["created"]))
+    used = time.strftime("%Y-%m-%d %H:%M", time.localtime(last_used(e)))
     return (f"{kernels[:28]:<28} {opts[:22]:<22} {fmt_bytes(m.get('binary_bytes', 0)):>9} "
             f"{m.get('build_ms', 0):>7.1f} ms {m.get('hits', 0):>5}  {used}")
 
@@ -122,7 +122,7 @@ class CacheWidget(w.VBox):
         self._disarm()
         store = self.compiler.store
         entries = list(store.entries(self.fingerprint)) if store is not None else []
-        entries.sort(key=lambda e: e.meta.get("last_used") or e.meta["created"], reverse=True)
+        entries.sort(key=last_used, reverse=True)
         self._entries = {e.key: e for e in entries}
         keep = [k for k in self.table.value if k in self._entries]
         self.table.options = [(_row(e), e.key) for e in entries]
