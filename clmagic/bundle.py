@@ -23,7 +23,7 @@ from .entry import FORMAT_VERSION, MAX_BINARY, MAX_META, Entry
 from .errors import ClmagicError, CorruptEntry
 from .store import LayeredStore, SQLiteStore, Store
 from .store._common import valid_name, verified
-from .store.sqlite import SCHEMA_VERSION, SQL_GET, row_meta
+from .store.sqlite import SCHEMA_VERSION, SQL_READ, row_meta
 
 __all__ = ["export_bundle", "import_bundle", "BundleReport", "ImportReport", "MAX_BUNDLE_BYTES"]
 
@@ -158,6 +158,7 @@ def export_bundle(path: str | os.PathLike[str], device: object = None,
         manifest = {"clmagic": __version__, "created": time.time(), "format": FORMAT_VERSION,
                     "schema": SCHEMA_VERSION, "entries": count, "devices": list(devices.values())}
         conn = bundle._connection()
+        conn.execute("DELETE FROM usage")  # this machine's use counts are not shipped
         conn.execute("CREATE TABLE manifest (name TEXT PRIMARY KEY, value TEXT NOT NULL)")
         conn.executemany("INSERT INTO manifest VALUES (?, ?)",
                          [(k, json.dumps(v)) for k, v in manifest.items()])
@@ -257,7 +258,7 @@ def _import_rows(conn: sqlite3.Connection, rows: list[tuple[Any, ...]], target: 
                 bin_len > MAX_BINARY or meta_len > MAX_META):
             fail(f"{key[:12]}: over the size limits")
             continue
-        row = conn.execute(SQL_GET, (FORMAT_VERSION, fp, key)).fetchone()
+        row = conn.execute(SQL_READ, (FORMAT_VERSION, fp, key)).fetchone()
         try:
             meta = row_meta(row)
             entry = verified(key, fp, meta, row[-1])

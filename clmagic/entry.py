@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import struct
 import zlib
 from dataclasses import dataclass, field
@@ -26,7 +27,8 @@ from typing import IO, Any
 
 from .errors import CorruptEntry
 
-__all__ = ["Entry", "FORMAT_VERSION", "MAGIC", "encode", "decode", "read_meta", "HEADER"]
+__all__ = ["Entry", "FORMAT_VERSION", "MAGIC", "encode", "decode", "read_meta", "HEADER",
+           "check_meta", "check_binary"]
 
 MAGIC = b"CLMAGIC\n"
 FORMAT_VERSION = 1
@@ -122,6 +124,15 @@ def _parse_meta(raw: bytes, crc: int) -> dict[str, Any]:
         raise CorruptEntry(f"metadata is not valid JSON: {exc}") from None
     except RecursionError:
         raise CorruptEntry("metadata is nested too deeply") from None
+    check_meta(meta)
+    return meta
+
+
+def check_meta(meta: Any) -> None:
+    """Check metadata however it was read (entry file, SQLite columns, Redis hash): a dict with
+    every required field of its type, kernel names as strings, no NaN or infinity anywhere, and
+    at most :data:`MAX_META` bytes of content; raise :class:`CorruptEntry` saying what is
+    wrong."""
     if not isinstance(meta, dict):
         raise CorruptEntry("metadata is not a JSON object")
     for name, kind in _REQUIRED.items():
@@ -129,7 +140,40 @@ def _parse_meta(raw: bytes, crc: int) -> dict[str, Any]:
             raise CorruptEntry(f"metadata field {name!r} missing or of the wrong type")
     if not all(isinstance(k, str) for k in meta["kernels"]):
         raise CorruptEntry("metadata field 'kernels' holds a non-string")
-    return meta
+    size, todo = 0, [meta]  # a lower bound of the JSON size; iterative, so depth is harmless
+    while todo:
+        value = todo.pop()
+        if isinstance(value, dict):
+            for k, v in value.items():
+                size += (len(k) if isinstance(k, str) else 1) + 4  # "k": and a comma
+                todo.append(v)
+        elif isinstance(value, list | tuple):
+            size += len(value) + 1
+            todo.extend(value)
+        elif isinstance(value, str):
+            size += len(value) + 2
+        elif isinstance(value, float) and not math.isfinite(value):
+            raise CorruptEntry("metadata holds NaN or infinity")
+        else:
+            size += 1
+        if size > MAX_META:
+            raise CorruptEntry(f"metadata is over the {MAX_META} byte limit")
+
+
+def check_binary(meta: dict[str, Any], binary: bytes | bytearray | memoryview, key: str | None,
+                 fingerprint: str | None) -> None:
+    """Check a binary against checked metadata (SHA-256, length, size bound) and the name it was
+    filed under (``key``/``fingerprint`` when given); raise :class:`CorruptEntry`."""
+    if len(binary) > MAX_BINARY:
+        raise CorruptEntry(f"binary of {len(binary)} bytes is over the {MAX_BINARY} limit")
+    if hashlib.sha256(binary).hexdigest() != meta["binary_sha256"]:
+        raise CorruptEntry("binary checksum mismatch")
+    if meta["binary_bytes"] != len(binary):
+        raise CorruptEntry("binary length disagrees with the metadata")
+    if key is not None and meta["key"] != key:
+        raise CorruptEntry("entry is filed under another key")
+    if fingerprint is not None and meta["fingerprint"] != fingerprint:
+        raise CorruptEntry("entry is filed under another device")
 
 
 def decode(
@@ -147,18 +191,10 @@ def decode(
         raise CorruptEntry(f"size {len(data)} bytes, header says {expected}")
     meta = _parse_meta(bytes(view[HEADER.size : HEADER.size + meta_len]), meta_crc)
     start = HEADER.size + meta_len
-    digest = bytes(view[start + bin_len :])
-    if hashlib.sha256(view[start : start + bin_len]).digest() != digest or (
-        meta["binary_sha256"] != digest.hex()
-    ):
+    if bytes(view[start + bin_len :]).hex() != meta["binary_sha256"]:
         raise CorruptEntry("binary checksum mismatch")
+    check_binary(meta, view[start : start + bin_len], key, fingerprint)
     binary = bytes(view[start : start + bin_len])
-    if meta["binary_bytes"] != bin_len:
-        raise CorruptEntry("binary length disagrees with the metadata")
-    if key is not None and meta["key"] != key:
-        raise CorruptEntry("entry is filed under another key")
-    if fingerprint is not None and meta["fingerprint"] != fingerprint:
-        raise CorruptEntry("entry is filed under another device")
     return Entry(key=meta["key"], fingerprint=meta["fingerprint"], meta=meta, binary=binary)
 
 

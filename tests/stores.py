@@ -227,7 +227,7 @@ class SQLiteFactory(StoreFactory):
             if entry is not None:
                 from clmagic.store.sqlite import SQL_PUT, entry_row
 
-                db.execute(SQL_PUT, entry_row(entry, time.time()))
+                db.execute(SQL_PUT, entry_row(entry))
             else:
                 db.execute("UPDATE entries SET binary = ? WHERE fingerprint = ? AND key = ?",
                            (data, fp, key))

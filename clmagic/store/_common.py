@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..entry import _REQUIRED, FORMAT_VERSION, MAX_BINARY, Entry, decode, encode
+from ..entry import FORMAT_VERSION, Entry, check_binary, check_meta
 from ..errors import CorruptEntry
 
 __all__ = ["TRANSIENT", "stored_meta", "verified", "meta_ok", "valid_name", "FORMAT_VERSION"]
@@ -27,24 +27,20 @@ def valid_name(fingerprint: str, key: str) -> bool:
 
 
 def verified(key: str, fingerprint: str, meta: dict[str, Any], binary: bytes) -> Entry:
-    """The entry rebuilt from stored metadata and binary, passed through the same checks as an
-    entry file (metadata fields and types, SHA-256 and length of the binary, key and device);
-    raises :class:`CorruptEntry` saying what is wrong."""
+    """The entry from stored metadata and binary, passed through the same checks as an entry
+    file (metadata fields and types, SHA-256 and length of the binary, key and device) without
+    building one; raises :class:`CorruptEntry` saying what is wrong."""
     if not isinstance(binary, (bytes, bytearray)):
         raise CorruptEntry("binary missing")
-    if len(binary) > MAX_BINARY:
-        raise CorruptEntry(f"binary of {len(binary)} bytes is over the {MAX_BINARY} limit")
-    try:
-        data = encode(Entry(key=key, fingerprint=fingerprint, meta=meta, binary=bytes(binary)))
-    except (TypeError, ValueError) as exc:
-        raise CorruptEntry(f"metadata cannot be read: {exc}") from None
-    return decode(data, key=key, fingerprint=fingerprint)
+    check_meta(meta)
+    check_binary(meta, binary, key, fingerprint)
+    return Entry(key=key, fingerprint=fingerprint, meta=meta, binary=bytes(binary))
 
 
 def meta_ok(meta: dict[str, Any]) -> bool:
-    """Whether listed metadata has every required field with its type (no binary check)."""
-    for name, kind in _REQUIRED.items():
-        value = meta.get(name)
-        if not isinstance(value, kind) or isinstance(value, bool):
-            return False
-    return all(isinstance(k, str) for k in meta["kernels"])
+    """Whether listed metadata passes :func:`~clmagic.entry.check_meta` (no binary check)."""
+    try:
+        check_meta(meta)
+    except CorruptEntry:
+        return False
+    return True

@@ -186,8 +186,16 @@ class RedisStore(Store):
         return self._write(write, 0) if batch else 0
 
     def record_hit(self, fingerprint: str, key: str) -> None:
+        """Count a hit in the entry's hash (the binary field is not written). Counts are
+        advisory: a refused count (out of memory, a read-only replica, scripts disabled) is
+        dropped with one warning and never turns writes off."""
+        if not self.writable:
+            return
         name = self._name(fingerprint, key)
-        self._write(lambda c: self._hit(keys=[name], args=[time.time(), self.ttl], client=c), 0)
+        try:
+            self._run(lambda c: self._hit(keys=[name], args=[time.time(), self.ttl], client=c), 0)
+        except self._response_error as exc:
+            warn_once(f"remote cache {self.location} did not count a hit ({exc})")
 
     def delete(self, fingerprint: str, key: str) -> bool:
         name = self._name(fingerprint, key)

@@ -1,14 +1,16 @@
 """The SQLite store: one file holds every entry, with the metadata as real columns.
 
-Cross-process safety is SQLite's own: WAL mode and a 5 s ``busy_timeout``, nothing else. A
-file that cannot be written serves hits and stores nothing; the first failed write turns
-writes off for the process with one warning. A file written by a newer clmagic (a higher schema
+Cross-process safety is SQLite's own: WAL mode and a 5 s ``busy_timeout``, nothing else. Use
+counts live in their own ``usage`` table, so a hit writes one small row and never the entry (nor
+its binary); a count that would wait more than 50 ms for another writer is dropped. A file that
+cannot be written serves hits and stores nothing; a failed write turns writes off for the process
+with one warning, except a lock held by another process, which only drops that one write (until
+it happens three times in a row). A file written by a newer clmagic (a higher schema
 version) is never altered: it is not opened at all.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import sqlite3
 import sys
@@ -22,83 +24,40 @@ from ..config import warn_once
 from ..entry import FORMAT_VERSION, Entry
 from ..errors import CorruptEntry
 from . import SUFFIXES  # the endings that select this store, re-exported
-from ._common import meta_ok, stored_meta, valid_name, verified
+from ._common import meta_ok, valid_name, verified
 from .base import Store
 from .directory import hostile
+from .sqlite_sql import (
+    _HITS,
+    _LAST,
+    SCHEMA,
+    SQL_CLEAR,
+    SQL_DELETE,
+    SQL_GET,
+    SQL_HIT,
+    SQL_LIST,
+    SQL_PUT,
+    SQL_READ,
+    SQL_SIZE,
+    SQL_USE_CLEAR,
+    SQL_USE_DELETE,
+    SQL_USE_RESET,
+    entry_row,
+    row_meta,
+)
 
-__all__ = ["SQLiteStore", "SCHEMA_VERSION", "SUFFIXES"]
+__all__ = ["SQLiteStore", "SCHEMA_VERSION", "SUFFIXES", "SQL_GET", "SQL_READ", "SQL_PUT",
+           "row_meta", "entry_row"]
 
 SCHEMA_VERSION = 1
 BUSY_TIMEOUT_MS = 5000
-
-#: metadata fields kept as real columns (the rest of the metadata goes to ``extra`` as JSON)
-COLUMNS = ("options", "device", "platform", "driver", "build_ms", "source_bytes",
-           "binary_bytes", "binary_sha256", "created")
-
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS clmagic_schema (version INTEGER NOT NULL);
-CREATE TABLE IF NOT EXISTS entries (
-    format        INTEGER NOT NULL,
-    fingerprint   TEXT    NOT NULL,
-    key           TEXT    NOT NULL,
-    kernels       TEXT    NOT NULL,  -- JSON list of kernel names
-    options       TEXT    NOT NULL,
-    device        TEXT    NOT NULL,
-    platform      TEXT    NOT NULL,
-    driver        TEXT    NOT NULL,
-    build_ms      REAL    NOT NULL,
-    source_bytes  INTEGER NOT NULL,
-    binary_bytes  INTEGER NOT NULL,
-    binary_sha256 TEXT    NOT NULL,
-    created       REAL    NOT NULL,
-    last_used     REAL,
-    hits          INTEGER NOT NULL DEFAULT 0,
-    extra         TEXT    NOT NULL,  -- the other metadata (build log, versions) as JSON
-    binary        BLOB    NOT NULL,
-    PRIMARY KEY (format, fingerprint, key)
-);
-CREATE TABLE IF NOT EXISTS provenance (
-    clmagic TEXT, pyopencl TEXT, sqlite TEXT, python TEXT, pid INTEGER, created REAL NOT NULL
-);
-"""
-
-_META_COLS = "fingerprint, key, kernels, " + ", ".join(COLUMNS) + ", last_used, hits, extra"
-_SIZE = "length(binary) + length(extra) + length(kernels) + length(options) + 96"
-SQL_GET = (f"SELECT {_META_COLS}, binary FROM entries "
-           "WHERE format = ? AND fingerprint = ? AND key = ?")
-SQL_PUT = (f"INSERT OR REPLACE INTO entries (format, {_META_COLS}, binary) "
-           f"VALUES (?{', ?' * (len(COLUMNS) + 7)})")
-SQL_HIT = ("UPDATE entries SET hits = hits + 1, last_used = ? "
-           "WHERE format = ? AND fingerprint = ? AND key = ?")
-SQL_DELETE = "DELETE FROM entries WHERE format = ? AND fingerprint = ? AND key = ?"
-SQL_LIST = f"SELECT {_META_COLS}, {_SIZE} FROM entries WHERE format = ?"
-SQL_SIZE = f"SELECT count(*), coalesce(sum({_SIZE}), 0) FROM entries WHERE format = ?"
-SQL_CLEAR = "DELETE FROM entries WHERE format = ?"
-
+#: how long a hit count waits for another writer before it is dropped (counts are advisory)
+HIT_TIMEOUT_MS = 50
+#: lock timeouts in a row after which writes are turned off (each one cost BUSY_TIMEOUT_MS)
+MAX_LOCKED = 3
 
 class SchemaTooNew(Exception):
     """The file was written by a newer clmagic."""
-
-
-def row_meta(row: tuple[Any, ...]) -> dict[str, Any]:
-    """Metadata from a row that starts with the columns of ``_META_COLS``."""
-    fingerprint, key, kernels = row[0], row[1], row[2]
-    extra = json.loads(row[len(COLUMNS) + 5])
-    if not isinstance(extra, dict):
-        raise ValueError("extra is not a JSON object")
-    meta = dict(extra, key=key, fingerprint=fingerprint, kernels=json.loads(kernels))
-    meta.update(zip(COLUMNS, row[3 : 3 + len(COLUMNS)], strict=True))
-    return meta
-
-
-def entry_row(entry: Entry, now: float) -> tuple[Any, ...]:
-    """The values of ``SQL_PUT`` for one entry."""
-    meta = stored_meta(entry)
-    extra = {k: v for k, v in meta.items()
-             if k not in COLUMNS and k not in ("key", "fingerprint", "kernels")}
-    return (FORMAT_VERSION, entry.fingerprint, entry.key, json.dumps(meta.get("kernels", [])),
-            *(meta.get(c) for c in COLUMNS), now, 0,
-            json.dumps(extra, separators=(",", ":"), sort_keys=True), entry.binary)
 
 
 def connect(path: Path, read_only: bool) -> sqlite3.Connection:
@@ -132,15 +91,32 @@ def schema_version(conn: sqlite3.Connection) -> int | None:
     return int(row[0]) if row and row[0] is not None else None
 
 
+def is_locked(exc: sqlite3.Error) -> bool:
+    """Whether ``exc`` is another connection holding a lock (``SQLITE_BUSY``/``SQLITE_LOCKED``):
+    a transient condition, not a broken file."""
+    code = getattr(exc, "sqlite_errorcode", None)  # Python 3.11+
+    if code is not None:
+        return code & 0xFF in (5, 6)  # SQLITE_BUSY, SQLITE_LOCKED
+    text = str(exc).lower()
+    return isinstance(exc, sqlite3.OperationalError) and ("locked" in text or "busy" in text)
+
+
+def has_tables(conn: sqlite3.Connection) -> bool:
+    """Whether every table of the schema is there (a read: no lock taken)."""
+    names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    return {"clmagic_schema", "entries", "usage", "provenance"} <= names
+
+
 def create_schema(conn: sqlite3.Connection) -> None:
-    """Create the tables (idempotent, safe when several processes race)."""
+    """Create the tables a file lacks (safe when several processes race; a file
+    of a newer schema is left untouched)."""
     conn.execute("PRAGMA journal_mode = WAL")
     conn.execute("BEGIN IMMEDIATE")
     try:
         version = schema_version(conn)
         if version is not None and version > SCHEMA_VERSION:
             raise SchemaTooNew(str(version))
-        for stmt in SCHEMA.split(";"):
+        for stmt in SCHEMA.split(";"):  # IF NOT EXISTS: adds what a pre-release file lacks
             if stmt.strip():
                 conn.execute(stmt)
         if version is None:
@@ -164,6 +140,7 @@ class SQLiteStore(Store):
         self._conn: sqlite3.Connection | None = None
         self._pid = -1
         self._provenance = False
+        self._locked = 0  # lock timeouts in a row
         self._connection()
 
     @classmethod
@@ -183,7 +160,6 @@ class SQLiteStore(Store):
                           "(set CLMAGIC_CACHE_TRUST=1 to use it anyway)")
                 return None
             if not path.exists():
-                path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
                 os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))
             read_only = not (os.access(path, os.W_OK) and os.access(path.parent, os.W_OK))
             with connect(path, read_only=True) as probe:
@@ -210,11 +186,11 @@ class SQLiteStore(Store):
 
     def _connection(self) -> sqlite3.Connection:
         if self._conn is None or self._pid != os.getpid():  # a forked child opens its own
-            self._conn = connect(self.path, read_only=not self.writable)
-            self._pid = os.getpid()
-            if self.writable:
+            conn = connect(self.path, read_only=not self.writable)
+            self._conn, self._pid = conn, os.getpid()
+            if self.writable and not has_tables(conn):  # a new file: one write lock, once
                 try:
-                    create_schema(self._conn)
+                    create_schema(conn)
                 except sqlite3.OperationalError as exc:
                     self._disable_writes(str(exc))
         return self._conn
@@ -227,12 +203,18 @@ class SQLiteStore(Store):
                       "hits are served, nothing more is saved in this process")
 
     def _write(self, sql_rows: Iterable[tuple[str, tuple[Any, ...]]]) -> int:
-        """Run writes in one transaction; on failure turn writes off. Returns rows changed."""
+        """Run writes in one transaction. Returns rows changed, or -1 when nothing was written.
+
+        Another process holding the lock past the busy timeout is transient: this write is
+        dropped (with one warning) and writes stay on, unless it happens ``MAX_LOCKED`` times in
+        a row (then every save would wait ``BUSY_TIMEOUT_MS`` for nothing, so writes go off).
+        Any other failure (disk full, damaged file, a refusing trigger) turns writes off."""
         if not self.writable:
             return -1
         with self._lock:
-            conn = self._connection()
+            conn = None
             try:
+                conn = self._connection()
                 conn.execute("BEGIN IMMEDIATE")
                 changed = 0
                 for sql, args in sql_rows:
@@ -240,12 +222,28 @@ class SQLiteStore(Store):
                 if not self._provenance:
                     self._write_provenance(conn)
                 conn.execute("COMMIT")
+                self._locked = 0
                 return changed
             except sqlite3.Error as exc:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
+                self._rollback(conn)
+                if is_locked(exc) and self._locked + 1 < MAX_LOCKED:
+                    self._locked += 1
+                    warn_once(f"cache {self.path} is locked by another process ({exc}); "
+                              "this build is not saved")
+                else:
+                    self._disable_writes(str(exc))
+                return -1
+            except OSError as exc:  # the file or its folder went away under a reconnect
                 self._disable_writes(str(exc))
                 return -1
+
+    @staticmethod
+    def _rollback(conn: sqlite3.Connection | None) -> None:
+        try:
+            if conn is not None and conn.in_transaction:
+                conn.execute("ROLLBACK")
+        except sqlite3.Error:
+            pass  # SQLite rolled back already
 
     def _write_provenance(self, conn: sqlite3.Connection) -> None:
         from .. import __version__
@@ -270,7 +268,7 @@ class SQLiteStore(Store):
             try:
                 row = self._connection().execute(
                     SQL_GET, (FORMAT_VERSION, fingerprint, key)).fetchone()
-            except sqlite3.OperationalError as exc:
+            except (sqlite3.OperationalError, OSError) as exc:
                 warn_once(f"cache {self.path} cannot be read ({exc}); building instead")
                 return None
             except sqlite3.DatabaseError as exc:
@@ -282,7 +280,7 @@ class SQLiteStore(Store):
         except (ValueError, TypeError) as exc:
             raise CorruptEntry(f"metadata cannot be read: {exc}") from None
         entry = verified(key, fingerprint, meta, row[-1])
-        entry.meta.update(hits=row[len(COLUMNS) + 4], last_used=row[len(COLUMNS) + 3],
+        entry.meta.update(hits=row[_HITS], last_used=row[_LAST],
                           stored_bytes=len(row[-1]), store=self.kind)
         return entry
 
@@ -296,20 +294,42 @@ class SQLiteStore(Store):
         for e in entries:
             if e.binary is None or not valid_name(e.fingerprint, e.key):
                 raise ValueError(f"bad entry {e.fingerprint!r}/{e.key!r}")
-            rows.append((SQL_PUT, entry_row(e, now)))
-        changed = self._write(rows)
-        return max(changed, 0)
+            rows.append((SQL_PUT, entry_row(e)))
+            rows.append((SQL_USE_RESET, (FORMAT_VERSION, e.fingerprint, e.key, now)))
+        if self._write(rows) < 0:
+            return 0
+        return len(rows) // 2
 
     def record_hit(self, fingerprint: str, key: str) -> None:
-        self._write([(SQL_HIT, (time.time(), FORMAT_VERSION, fingerprint, key))])
+        """Count a hit in the ``usage`` table (the entry row is not touched). Counts are
+        advisory: waiting at most ``HIT_TIMEOUT_MS`` for another writer, a count that cannot be
+        written is dropped, and it never turns writes off."""
+        if not self.writable:
+            return
+        with self._lock:
+            conn = None
+            try:
+                conn = self._connection()
+                conn.execute(f"PRAGMA busy_timeout = {HIT_TIMEOUT_MS}")
+                try:
+                    conn.execute(SQL_HIT, (time.time(), FORMAT_VERSION, fingerprint, key))
+                finally:
+                    conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            except sqlite3.Error as exc:
+                self._rollback(conn)
+                if not is_locked(exc):
+                    warn_once(f"cache {self.path} could not count a hit ({exc})")
+            except OSError as exc:
+                warn_once(f"cache {self.path} could not count a hit ({exc})")
 
     def delete(self, fingerprint: str, key: str) -> bool:
-        return self._write([(SQL_DELETE, (FORMAT_VERSION, fingerprint, key))]) > 0
+        args = (FORMAT_VERSION, fingerprint, key)
+        return self._write([(SQL_DELETE, args), (SQL_USE_DELETE, args)]) > 0
 
     def _select(self, sql: str, fingerprint: str | None) -> list[tuple[Any, ...]]:
         args: tuple[Any, ...] = (FORMAT_VERSION,)
         if fingerprint:
-            sql += " AND fingerprint = ?"
+            sql += " AND e.fingerprint = ?"
             args += (fingerprint,)
         with self._lock:
             try:
@@ -326,7 +346,7 @@ class SQLiteStore(Store):
                 continue
             if not meta_ok(meta):
                 continue
-            meta.update(hits=row[len(COLUMNS) + 4], last_used=row[len(COLUMNS) + 3],
+            meta.update(hits=row[_HITS], last_used=row[_LAST],
                         stored_bytes=row[-1], store=self.kind)
             yield Entry(key=meta["key"], fingerprint=meta["fingerprint"], meta=meta)
 
@@ -334,8 +354,8 @@ class SQLiteStore(Store):
         rows = self._select(SQL_SIZE, fingerprint)
         count, size = rows[0] if rows else (0, 0)
         args: tuple[Any, ...] = (FORMAT_VERSION,) + ((fingerprint,) if fingerprint else ())
-        sql = SQL_CLEAR + (" AND fingerprint = ?" if fingerprint else "")
-        if self._write([(sql, args)]) < 0:
+        where = " AND fingerprint = ?" if fingerprint else ""
+        if self._write([(SQL_CLEAR + where, args), (SQL_USE_CLEAR + where, args)]) < 0:
             return 0, 0
         return int(count), int(size)
 
