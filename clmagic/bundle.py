@@ -24,6 +24,7 @@ from .errors import ClmagicError, CorruptEntry
 from .store import LayeredStore, SQLiteStore, Store
 from .store._common import valid_name, verified
 from .store.sqlite import SCHEMA_VERSION, SQL_READ, row_meta
+from .store.sqlite_sql import TEXT_BYTES
 
 __all__ = ["export_bundle", "import_bundle", "BundleReport", "ImportReport", "MAX_BUNDLE_BYTES"]
 
@@ -112,6 +113,13 @@ def export_bundle(path: str | os.PathLike[str], device: object = None,
                   overwrite: bool = False) -> BundleReport:
     """Write the cache's entries (of one ``device``, of programs defining any of ``kernels``)
     to one SQLite file at ``path``; returns a :class:`BundleReport`."""
+    try:
+        return _export(path, device, kernels, store, overwrite)
+    except (OSError, sqlite3.Error) as exc:  # a path that cannot be written: one line
+        raise ClmagicError(f"cannot write the bundle {path}: {exc}") from None
+
+
+def _export(path, device, kernels, store, overwrite) -> BundleReport:
     source = _store(store)
     target = Path(path)
     if target.exists() and not overwrite:
@@ -217,10 +225,10 @@ def import_bundle(path: str | os.PathLike[str], *, store: Store | None = None) -
             if isinstance(value, str) and len(value) <= MAX_META:
                 try:
                     report.manifest[str(name)] = json.loads(value)
-                except ValueError:
+                except (ValueError, RecursionError):
                     pass
         rows = conn.execute(
-            "SELECT fingerprint, key, length(binary), length(extra) + length(kernels) "
+            f"SELECT fingerprint, key, length(binary), {TEXT_BYTES} "
             f"FROM entries WHERE format = ? LIMIT {MAX_ENTRIES + 1}",
             (FORMAT_VERSION,)).fetchall()
         _import_rows(conn, rows, target, report)

@@ -158,3 +158,41 @@ def test_clcache_export_and_import_through_the_magic(ipshell, tmp_path, pocl):
     with capture_output() as cap:
         res = ipshell.run_cell("%clcache export")
     assert not res.success and "usage: %clcache export PATH" in cap.stdout + cap.stderr
+
+
+def test_hostile_bundles_fail_cleanly(tmp_path, pocl):
+    """Deep JSON nesting and oversized text columns are reported, never raised."""
+    import sqlite3
+
+    from clmagic import Compiler, export_bundle, import_bundle
+    from clmagic.config import Settings
+
+    s = Settings.from_env({"CLMAGIC_CACHE_DIR": str(tmp_path / "a"), "CLMAGIC_DEVICE": pocl})
+    c = Compiler(s)
+    c.build("__kernel void k(__global int *a) { a[0] = 1; }")
+    c.build("__kernel void j(__global int *a) { a[0] = 2; }")
+    path = tmp_path / "b.db"
+    export_bundle(path, store=c.store)
+    conn = sqlite3.connect(path)
+    keys = [k for (k,) in conn.execute("SELECT key FROM entries ORDER BY key")]
+    conn.execute("UPDATE entries SET extra = ? WHERE key = ?", ("[" * 200_000, keys[0]))
+    conn.execute("UPDATE entries SET device = ? WHERE key = ?", ("x" * (3 << 20), keys[1]))
+    conn.execute("UPDATE manifest SET value = ? WHERE name = 'clmagic'", ("[" * 200_000,))
+    conn.commit()
+    conn.close()
+    other = Compiler(Settings.from_env({"CLMAGIC_CACHE_DIR": str(tmp_path / "c")}))
+    report = import_bundle(path, store=other.store)
+    assert report.imported == 0 and report.failed == 2, report.reasons
+    assert not list(other.store.entries())
+
+
+def test_export_to_an_unwritable_path_is_one_clear_error(tmp_path, pocl):
+    from clmagic import ClmagicError, Compiler, export_bundle
+    from clmagic.config import Settings
+
+    c = Compiler(Settings.from_env({"CLMAGIC_CACHE_DIR": str(tmp_path / "a"),
+                                    "CLMAGIC_DEVICE": pocl}))
+    c.build("__kernel void k(__global int *a) { a[0] = 1; }")
+    (tmp_path / "file").write_text("not a folder")
+    with pytest.raises(ClmagicError, match="cannot write the bundle"):
+        export_bundle(tmp_path / "file" / "x.db", store=c.store)

@@ -149,7 +149,7 @@ class RedisStore(Store):
         raw, binary, hits, last_used = got
         try:
             meta = json.loads(raw)
-        except (TypeError, ValueError, UnicodeDecodeError):
+        except (TypeError, ValueError, UnicodeDecodeError, RecursionError):
             raise CorruptEntry("metadata is not valid JSON") from None
         if not isinstance(meta, dict):
             raise CorruptEntry("metadata is not a JSON object")
@@ -248,7 +248,7 @@ class RedisStore(Store):
                         continue
                     try:
                         meta = json.loads(fields[0])
-                    except (ValueError, UnicodeDecodeError):
+                    except (ValueError, UnicodeDecodeError, RecursionError):
                         continue
                     if not (isinstance(meta, dict) and meta_ok(meta)) or meta["key"] != k:
                         continue

@@ -9,8 +9,12 @@ from typing import Any
 from ..entry import FORMAT_VERSION, Entry
 from ._common import stored_meta
 
-__all__ = ["COLUMNS", "SCHEMA", "SQL_GET", "SQL_READ", "SQL_PUT", "SQL_HIT", "row_meta",
-           "entry_row"]
+#: bytes of every text column of an entry row (bounded before an untrusted row is read)
+TEXT_BYTES = " + ".join(f"length({c})" for c in ("kernels", "extra", "options", "device",
+                                                 "platform", "driver", "binary_sha256"))
+
+__all__ = ["TEXT_BYTES", "COLUMNS", "SCHEMA", "SQL_GET", "SQL_READ", "SQL_PUT", "SQL_HIT",
+           "row_meta", "entry_row"]
 
 #: metadata fields kept as real columns (the rest of the metadata goes to ``extra`` as JSON)
 COLUMNS = ("options", "device", "platform", "driver", "build_ms", "source_bytes",
@@ -84,10 +88,13 @@ _HITS, _LAST = len(_ENTRY_COLS), len(_ENTRY_COLS) + 1  # positions in SQL_GET / 
 def row_meta(row: tuple[Any, ...]) -> dict[str, Any]:
     """Metadata from a row that starts with the columns of ``_META_COLS``."""
     fingerprint, key, kernels = row[0], row[1], row[2]
-    extra = json.loads(row[len(_ENTRY_COLS) - 1])
+    try:
+        extra, kernels = json.loads(row[len(_ENTRY_COLS) - 1]), json.loads(kernels)
+    except RecursionError:  # nested deeper than the parser's stack: damaged or hostile
+        raise ValueError("metadata nested too deeply") from None
     if not isinstance(extra, dict):
         raise ValueError("extra is not a JSON object")
-    meta = dict(extra, key=key, fingerprint=fingerprint, kernels=json.loads(kernels))
+    meta = dict(extra, key=key, fingerprint=fingerprint, kernels=kernels)
     meta.update(zip(COLUMNS, row[3 : 3 + len(COLUMNS)], strict=True))
     return meta
 
