@@ -7,7 +7,11 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["Settings", "default_cache_dir", "warn", "warn_once", "reset_warnings"]
+__all__ = ["Settings", "default_cache_dir", "warn", "warn_once", "reset_warnings",
+           "REDIS_SCHEMES"]
+
+#: URL schemes that select the Redis store
+REDIS_SCHEMES = ("redis://", "rediss://")
 
 _OFF = {"0", "off", "none", "disable", "disabled", "false", "no"}
 _DEFAULT = {"", "1", "default", "on", "true", "yes"}
@@ -79,7 +83,7 @@ class Settings:
             cache = None
         elif value.lower() in _DEFAULT:
             cache = str(default_cache_dir())
-        elif value.startswith(("redis://", "rediss://")):
+        elif value.startswith(REDIS_SCHEMES):
             cache = value
         else:
             cache = str(Path(value).expanduser())
@@ -87,7 +91,7 @@ class Settings:
         record = env.get("CLMAGIC_RECORD", "default").strip().lower() or "default"
         device = env.get("CLMAGIC_DEVICE") or env.get("PYOPENCL_CTX") or None
         remote = (env.get("CLMAGIC_REMOTE") or "").strip()
-        if remote and not remote.startswith(("redis://", "rediss://")):
+        if remote and not remote.startswith(REDIS_SCHEMES):
             warn_once(f"CLMAGIC_REMOTE={remote!r} is not a redis:// or rediss:// URL; ignored")
             remote = ""
         ttl_raw = (env.get("CLMAGIC_REMOTE_TTL") or "").strip()

@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
+from ..config import REDIS_SCHEMES
 from .base import Store
 from .directory import DirectoryStore
 
@@ -42,7 +43,7 @@ def open_store(location: str | None, ttl: int | None = None, trust: bool = False
     """
     if location is None:
         return None
-    if location.startswith(("redis://", "rediss://")):
+    if location.startswith(REDIS_SCHEMES):
         from .redis import RedisStore
 
         return RedisStore.open(location, ttl=ttl)

@@ -8,7 +8,8 @@ from typing import Any
 from ..entry import FORMAT_VERSION, Entry, check_binary, check_meta
 from ..errors import CorruptEntry
 
-__all__ = ["TRANSIENT", "stored_meta", "verified", "meta_ok", "valid_name", "FORMAT_VERSION"]
+__all__ = ["TRANSIENT", "stored_meta", "verified", "meta_ok", "is_hex", "valid_name",
+           "FORMAT_VERSION"]
 
 #: meta fields a store adds when it hands an entry out; never written back into a store
 TRANSIENT = ("store", "hits", "last_used", "stored_bytes")
@@ -19,11 +20,17 @@ def stored_meta(entry: Entry) -> dict[str, Any]:
     return {k: v for k, v in entry.meta.items() if k not in TRANSIENT}
 
 
+_HEX_CHARS = frozenset("0123456789abcdef")
+
+
+def is_hex(name: str, length: int) -> bool:
+    """``name`` is ``length`` lower-case hex digits."""
+    return len(name) == length and _HEX_CHARS.issuperset(name)
+
+
 def valid_name(fingerprint: str, key: str) -> bool:
     """A 16-hex-digit fingerprint and a 64-hex-digit key (what the cache ever files)."""
-    hexd = set("0123456789abcdef")
-    return (len(fingerprint) == 16 and len(key) == 64 and set(fingerprint) <= hexd
-            and set(key) <= hexd)
+    return is_hex(fingerprint, 16) and is_hex(key, 64)
 
 
 def verified(key: str, fingerprint: str, meta: dict[str, Any], binary: bytes) -> Entry:

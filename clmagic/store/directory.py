@@ -28,6 +28,7 @@ from pathlib import Path
 from ..config import warn_once
 from ..entry import HEADER, MAX_BINARY, MAX_META, Entry, decode, encode, read_meta
 from ..errors import CorruptEntry
+from ._common import is_hex, valid_name
 from .base import Store
 
 __all__ = ["DirectoryStore"]
@@ -65,11 +66,6 @@ def hostile(path: Path) -> str | None:
     return None
 
 
-_HEX_CHARS = frozenset("0123456789abcdef")
-
-
-def _is_hex(name: str, length: int) -> bool:
-    return len(name) == length and _HEX_CHARS.issuperset(name)
 
 
 def _read_entry_meta(path: str) -> tuple[Entry | None, int]:
@@ -135,7 +131,7 @@ class DirectoryStore(Store):
         return str(self.root)
 
     def _path(self, fingerprint: str, key: str) -> Path:
-        if not (_is_hex(fingerprint, 16) and _is_hex(key, 64)):
+        if not valid_name(fingerprint, key):
             raise ValueError(f"bad fingerprint/key {fingerprint!r}/{key!r}")
         return self.root / fingerprint / (key + SUFFIX)
 
@@ -278,14 +274,14 @@ class DirectoryStore(Store):
         except OSError:
             return
         for folder in folders:
-            if not _is_hex(folder.name, 16):
+            if not is_hex(folder.name, 16):
                 continue
             try:
                 names = os.listdir(folder)
             except OSError:
                 continue
             for name in names:
-                if name.endswith(SUFFIX) and _is_hex(name[: -len(SUFFIX)], 64):
+                if name.endswith(SUFFIX) and is_hex(name[: -len(SUFFIX)], 64):
                     yield folder / name
 
     def entries(self, fingerprint: str | None = None) -> Iterator[Entry]:
@@ -294,7 +290,7 @@ class DirectoryStore(Store):
         except OSError:
             return
         for fp in folders:
-            if not _is_hex(fp, 16):
+            if not is_hex(fp, 16):
                 continue
             folder = os.path.join(self.root, fp)
             try:
@@ -303,7 +299,7 @@ class DirectoryStore(Store):
                 continue
             for name in names:
                 key = name[: -len(SUFFIX)]
-                if not (name.endswith(SUFFIX) and _is_hex(key, 64)):
+                if not (name.endswith(SUFFIX) and is_hex(key, 64)):
                     continue
                 entry, size = _read_entry_meta(os.path.join(folder, name))
                 if entry is None or entry.key != key or entry.fingerprint != fp:
@@ -345,7 +341,7 @@ class DirectoryStore(Store):
         for fp in folders:
             folder = self.root / fp
             try:
-                names = set(os.listdir(folder)) if _is_hex(fp, 16) else set()
+                names = set(os.listdir(folder)) if is_hex(fp, 16) else set()
             except OSError:
                 continue
             for name in names:

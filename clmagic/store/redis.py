@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
-from ..config import warn_once
+from ..config import REDIS_SCHEMES, warn_once
 from ..entry import FORMAT_VERSION, Entry
 from ..errors import CorruptEntry
 from ._common import meta_ok, stored_meta, valid_name, verified
@@ -24,7 +24,7 @@ from .base import Store
 
 __all__ = ["RedisStore", "SCHEMES"]
 
-SCHEMES = ("redis://", "rediss://")
+SCHEMES = REDIS_SCHEMES
 PREFIX = f"clmagic:v{FORMAT_VERSION}"
 CHUNK = 500
 T = TypeVar("T")
