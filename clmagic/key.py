@@ -1,14 +1,46 @@
-"""The cache key: SHA-256 over source, effective options, device identity and format version."""
+"""The cache keys: the exact key (SHA-256 over source, effective options, device identity and
+format version, and every included header), and the code key used for rekeying (the same over
+the source's code form, see :mod:`clmagic.codekey`)."""
 
 from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable
+from typing import NamedTuple
 
+from .codekey import code_refusal
 from .devices import DeviceInfo
 from .entry import FORMAT_VERSION
 
-__all__ = ["cache_key"]
+__all__ = ["cache_key", "code_key", "CodeKey"]
+
+_CODE_PREFIX = b"clmagic code key 1\0"
+
+
+class CodeKey(NamedTuple):
+    """A code key, or ``None`` and the reason the build cannot be rekeyed."""
+
+    key: str | None
+    reason: str = ""
+
+
+def _digest(prefix: bytes, source: bytes, options: str, device_fields: Iterable[str],
+            headers: Iterable[tuple[str, bytes]]) -> str:
+    h = hashlib.sha256(prefix)
+    h.update(source)
+    h.update(b"\0")
+    h.update(options.encode())
+    for field in device_fields:
+        h.update(b"\0")
+        h.update(field.encode())
+    h.update(b"\0")
+    h.update(str(FORMAT_VERSION).encode())
+    for name, data in headers:
+        h.update(b"\0")
+        h.update(name.encode())
+        h.update(b"\0")
+        h.update(data)
+    return h.hexdigest()
 
 
 def cache_key(
@@ -20,18 +52,21 @@ def cache_key(
     """Hex SHA-256 over ``source NUL options NUL device NUL driver NUL device-version NUL
     platform-version NUL format-version`` and, after that, each included header as
     ``NUL path NUL contents`` in the order the compiler meets them."""
-    h = hashlib.sha256()
-    h.update(source)
-    h.update(b"\0")
-    h.update(options.encode())
-    for field in device.key_fields():
-        h.update(b"\0")
-        h.update(field.encode())
-    h.update(b"\0")
-    h.update(str(FORMAT_VERSION).encode())
-    for name, data in headers:
-        h.update(b"\0")
-        h.update(name.encode())
-        h.update(b"\0")
-        h.update(data)
-    return h.hexdigest()
+    return _digest(b"", source, options, device.key_fields(), headers)
+
+
+def code_key(
+    source: str,
+    options: str,
+    device: DeviceInfo,
+    headers: Iterable[tuple[str, bytes]] = (),
+) -> CodeKey:
+    """The key of the source's code alone: like :func:`cache_key`, over the source's code form
+    and under its own prefix (so it never equals an exact key); ``CodeKey(None, reason)`` where
+    comments or spacing could change what the build produces (see :func:`~clmagic.codekey.
+    code_form`)."""
+    headers = list(headers)
+    form, reason = code_refusal(source, options, headers)
+    if form is None:
+        return CodeKey(None, reason)
+    return CodeKey(_digest(_CODE_PREFIX, form.encode(), options, device.key_fields(), headers))
