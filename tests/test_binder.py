@@ -40,7 +40,10 @@ for i, path in enumerate(sys.argv[2:]):
     nbformat.write(nb, f"{out}/{path.rsplit('/', 1)[-1]}")
 """
 
-COPY = ["pyproject.toml", "README.md", "clmagic", "binder", "notebooks"]
+COPY = ["pyproject.toml", "README.md", "clmagic", "binder", "notebooks", "labextension"]
+# not committed: caches, and the JupyterLab extension's npm install and builds (postBuild's pip
+# install builds it from labextension/ with Node.js, which repo2docker images have)
+UNCOMMITTED = ("__pycache__", ".ipynb_checkpoints", "node_modules", "lib", "labextension")
 
 
 def _run(cmd: list[str], **kw) -> subprocess.CompletedProcess[str]:
@@ -57,8 +60,7 @@ def test_binder_replay_runs_every_notebook(tmp_path):
     for name in COPY:  # the repository as Binder clones it (what is committed, no .venv)
         src = ROOT / name
         if src.is_dir():
-            shutil.copytree(src, repo / name, ignore=shutil.ignore_patterns("__pycache__",
-                                                                             ".ipynb_checkpoints"))
+            shutil.copytree(src, repo / name, ignore=shutil.ignore_patterns(*UNCOMMITTED))
         else:
             shutil.copy2(src, repo / name)
 
@@ -96,4 +98,6 @@ def test_binder_replay_runs_every_notebook(tmp_path):
     assert Path(executable).parent == venv / "bin"  # the kernel ran in the replayed environment
     assert "site-packages" in module and str(venv) in module  # clmagic as postBuild installed it
     assert not (repo / "notebooks" / ".ipynb_checkpoints").exists()
+    # the %%clkernel highlighting extension, built by postBuild's pip install, where Lab finds it
+    assert (venv / "share" / "jupyter" / "labextensions" / "clmagic" / "package.json").exists()
     assert len(list(NOTEBOOKS.glob("*.ipynb"))) == len(names)

@@ -202,3 +202,154 @@ def expect_text(locator, text: str) -> None:
     from playwright.sync_api import expect
 
     expect(locator).to_contain_text(text, timeout=60_000)
+
+
+# ---- %%clkernel cells highlighted as OpenCL C (labextension/, shipped in the wheel) ----------
+
+KERNEL_CELL = """\
+%%clkernel --opts -O3 -cl-mad-enable
+#include "params.h"  // TILE, written by the notebook
+
+/* one work-group sums TILE floats in local memory */
+__kernel void tile_sum(__global const float4 *restrict x,
+                       __global float *out,
+                       __local float *scratch)
+{
+    const int lid = get_local_id(0);
+    float4 v = x[get_global_id(0)];
+    scratch[lid] = v.x + v.y + v.z + v.w;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int s = TILE / 2; s > 0; s >>= 1) {
+        if (lid < s)
+            scratch[lid] += scratch[lid + s];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    if (lid == 0)
+        out[get_group_id(0)] = scratch[0];
+}"""
+
+PYTHON_CELL = """\
+# a comment
+def twice(x):
+    return 2 * x"""
+
+# The rendered style of the first text run in cell `cell` that holds `text` (as a whole word
+# where it starts or ends with a letter): the computed style of the element holding that text
+# node, which is what is drawn; null while there is none.
+STYLE_OF = r"""([cell, text]) => {
+    const content = document.querySelectorAll('.jp-Notebook .jp-CodeCell .cm-content')[cell];
+    if (!content) return null;
+    const word = /\w/;
+    const pattern = new RegExp((word.test(text[0]) ? '(?<!\\w)' : '')
+        + text.replace(/[.*+?^${}()|[\]\\/]/g, '\\$&')
+        + (word.test(text[text.length - 1]) ? '(?!\\w)' : ''));
+    const walker = document.createTreeWalker(content, NodeFilter.SHOW_TEXT);
+    for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+        if (pattern.test(node.data)) {
+            const s = getComputedStyle(node.parentElement);
+            return {color: s.color, italic: s.fontStyle === 'italic',
+                    bold: Number(s.fontWeight) >= 600, run: node.data};
+        }
+    }
+    return null;
+}"""
+
+# The colour each JupyterLab theme variable resolves to, as getComputedStyle reports colours.
+THEME_COLORS = """(names) => Object.fromEntries(names.map(name => {
+    const probe = document.createElement('span');
+    probe.style.color = `var(--jp-mirror-editor-${name}-color)`;
+    document.body.appendChild(probe);
+    const color = getComputedStyle(probe).color;
+    probe.remove();
+    return [name, color];
+}))"""
+
+THEME = ["keyword", "comment", "meta", "string", "builtin", "variable-3", "def", "operator"]
+
+
+def style_of(page, cell: int, text: str) -> dict:
+    return page.evaluate(STYLE_OF, [cell, text])
+
+
+def wait_style(page, cell: int, text: str, **want) -> dict:
+    """Wait until the text in the cell is drawn with the wanted style (highlighting is applied
+    after the language loads and the parser runs), then return that style."""
+    deadline = time.monotonic() + 30
+    while True:
+        style = style_of(page, cell, text)
+        if style and all(style[k] == v for k, v in want.items()):
+            return style
+        if time.monotonic() > deadline:
+            pytest.fail(f"cell {cell}: {text!r} is drawn as {style}, wanted {want}")
+        time.sleep(0.1)
+
+
+def test_clkernel_cells_are_highlighted_as_opencl_c(lab, page, tmp_path):
+    import nbformat
+
+    url, _ = lab
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(KERNEL_CELL),
+                                         nbformat.v4.new_code_cell(PYTHON_CELL)])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
+                                 "language": "python"}
+    nb.metadata["language_info"] = {"name": "python",
+                                    "codemirror_mode": {"name": "ipython", "version": 3}}
+    nbformat.write(nb, tmp_path / "root" / "highlight.ipynb")  # a saved notebook, opened
+    page.goto(f"{url}/lab/tree/highlight.ipynb")
+    page.wait_for_selector(".jp-Notebook .jp-CodeCell .cm-content")
+    page.evaluate("() => { window.jupyterapp.commands.execute('application:toggle-left-area'); }")
+    assert page.evaluate("() => window.jupyterapp.hasPlugin('clmagic:clkernel-highlighting')"), \
+        "the clmagic JupyterLab extension is not installed (scripts/setup.sh builds labextension/)"
+    color = page.evaluate(THEME_COLORS, THEME)
+    assert len(set(color.values())) > 3  # the theme's colours resolved, not all the default
+
+    kernel, python = 0, 1
+    keyword = {"color": color["keyword"], "bold": True}
+    # the body is OpenCL C: '#include' is a preprocessor line, not a Python comment
+    include = wait_style(page, kernel, "#include", color=color["meta"])
+    assert include["run"] == "#include" and not include["italic"]
+    assert style_of(page, kernel, '"params.h"')["color"] == color["string"]
+    assert style_of(page, kernel, "// TILE")["color"] == color["comment"]  # C comments
+    assert style_of(page, kernel, "/* one work-group")["color"] == color["comment"]
+    for word in ("__kernel", "__global", "__local", "restrict", "const"):
+        assert style_of(page, kernel, word) | keyword == style_of(page, kernel, word), word
+        assert style_of(page, kernel, word)["run"] == word
+    for word in ("float4", "float", "int"):
+        assert style_of(page, kernel, word)["color"] == color["variable-3"], word
+    for word in ("get_local_id", "get_global_id", "barrier", "get_group_id"):
+        assert style_of(page, kernel, word)["color"] == color["builtin"], word
+    assert style_of(page, kernel, "for")["color"] == color["keyword"]
+    # the magic line keeps IPython's highlighting: "-" is a Python operator there
+    assert style_of(page, kernel, "-")["color"] == color["operator"]
+    assert style_of(page, kernel, "clkernel")["color"] != color["keyword"]
+
+    # the Python cell beside it is still Python
+    comment = wait_style(page, python, "# a comment", color=color["comment"], italic=True)
+    assert comment["run"] == "# a comment"
+    assert style_of(page, python, "def") | keyword == style_of(page, python, "def")
+    assert style_of(page, python, "twice")["color"] == color["def"]
+
+    cell = page.locator(".jp-Notebook .jp-CodeCell").nth(kernel)
+    ARTIFACTS.mkdir(exist_ok=True)
+    cell.screenshot(path=str(ARTIFACTS / "browser-clkernel-highlighting.png"))
+
+    # typing %%clkernel on top of the Python cell switches it to OpenCL C ...
+    editor = page.locator(".jp-Notebook .jp-CodeCell .cm-content").nth(python)
+    editor.click()
+    page.keyboard.press("Control+Home")
+    page.keyboard.type("%%clkernel\n")
+    wait_style(page, python, "comment", italic=False)  # '# a ...' is a C preprocessor line now
+    assert style_of(page, python, "comment")["color"] != color["comment"]
+    wait_style(page, python, "def", bold=False)  # no keyword in C
+    # ... and deleting the magic line switches it back
+    page.keyboard.press("Control+Home")
+    page.keyboard.press("Shift+End")
+    page.keyboard.press("Delete")
+    page.keyboard.press("Delete")
+    wait_style(page, python, "# a comment", color=color["comment"], italic=True)
+    wait_style(page, python, "def", **keyword)
+    assert page.evaluate("([c]) => document.querySelectorAll("
+                         "'.jp-Notebook .jp-CodeCell .cm-content')[c].innerText", [python]
+                         ).startswith("# a comment")
+    # the OpenCL cell did not change on the way
+    assert style_of(page, kernel, "__global") | keyword == style_of(page, kernel, "__global")
