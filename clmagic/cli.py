@@ -100,12 +100,18 @@ def _demo_runs(args: argparse.Namespace, cache_dir: str) -> int:
 def _devices(args: argparse.Namespace) -> int:
     from .config import Settings
     from .devices import default_device, list_devices
+    from .errors import DeviceError
 
-    default = default_device(Settings.from_env().device)
+    try:
+        default: str | None = default_device(Settings.from_env().device)[0].fingerprint
+    except DeviceError as exc:
+        default = None
+        print(f"clmagic: no default device: {exc}", file=sys.stderr)
     for d in list_devices():
-        mark = "*" if d == default[0] else " "
+        mark = "*" if d.fingerprint == default else " "
+        state = "" if d.usable else f" · cannot build here: {d.problem}"
         print(f"{mark} {d.spec:<5} {d.type:<5} {d.platform_name} · {d.device_name} "
-              f"· driver {d.driver_version} · {d.fingerprint}")
+              f"· driver {d.driver_version} · {d.fingerprint}{state}")
     return 0
 
 
@@ -128,7 +134,8 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--cache-dir", default=None, help="cache folder (default: a temp folder)")
         p.add_argument("--device", default=None, help='device spec, e.g. "pocl" or "0:0"')
         p.add_argument("--opts", default="-O3", help="build options (default: -O3)")
-    sub.add_parser("devices", help="list OpenCL devices (* = default)")
+    sub.add_parser("devices", help="list OpenCL devices (* = default), and those that "
+                   "cannot build here")
     sub.add_parser("info", help="where the cache is, settings in effect, devices")
     args = parser.parse_args(argv)
     handler = {"demo": _demo, "_demo-child": _demo_child, "devices": _devices, "info": _info}

@@ -20,6 +20,7 @@ __all__ = [
     "context_for",
     "adopt_context",
     "forget_contexts",
+    "build_problem",
 ]
 
 POCL_HINT = (
@@ -54,6 +55,18 @@ class DeviceInfo:
             self.platform_name
         )
         return f"{plat} {self.device_name}" if plat not in self.device_name else self.device_name
+
+    @property
+    def problem(self) -> str | None:
+        """Why this device cannot build OpenCL C in this process, or ``None`` when it can.
+
+        Probed on first access (one tiny compile), then remembered for the process."""
+        return build_problem(self)
+
+    @property
+    def usable(self) -> bool:
+        """Whether this device can build here (see :attr:`problem`)."""
+        return self.problem is None
 
     def key_fields(self) -> list[str]:
         """The device fields that enter the cache key, in key order."""
@@ -106,7 +119,8 @@ def _inventory() -> tuple[tuple[DeviceInfo, cl.Device], ...]:
 
 
 def list_devices() -> list[DeviceInfo]:
-    """Every device of every platform, in platform order."""
+    """Every device of every platform, in platform order. Each one's ``usable`` / ``problem``
+    says whether it can build here (probed when first asked, once per process)."""
     return [info for info, _ in _inventory()]
 
 
@@ -126,19 +140,27 @@ def default_device(preferred: str | None = None) -> tuple[DeviceInfo, cl.Device]
     """The device used when none is asked for.
 
     ``preferred`` (``CLMAGIC_DEVICE`` or ``PYOPENCL_CTX``) wins; else the first GPU, else the first
-    CPU, else the first device. Devices that claim every type at once (simulators such as
-    Oclgrind) come last, so a real driver is preferred.
+    CPU, else the first device, skipping devices that cannot build here (see
+    :func:`build_problem`; only the candidates up to the first usable one are probed). Devices
+    that claim every type at once (simulators such as Oclgrind) come last, so a real driver is
+    preferred.
     """
     if preferred:
         return resolve_device(preferred)
-    inv = _inventory()
-    return min(inv, key=lambda pair: (_rank(pair[0]), pair[0].platform_index, pair[0].device_index))
+    ranked = sorted(_inventory(), key=lambda pair: (
+        _rank(pair[0]), pair[0].platform_index, pair[0].device_index))
+    for pair in ranked:
+        if build_problem(pair[0]) is None:
+            return pair
+    raise DeviceError("no OpenCL device here can build a program: " + "; ".join(
+        f"{info.spec} {info.label}: {build_problem(info)}" for info, _ in ranked))
 
 
 def resolve_device(spec: str | int | cl.Device | DeviceInfo | None) -> tuple[DeviceInfo, cl.Device]:
     """Find a device from a spec: ``"P:D"``, ``"P"``, a case-insensitive substring of
     ``"platform device"`` or of the label (so ``"pocl"`` works), a fingerprint, a pyopencl
-    device or a :class:`DeviceInfo`."""
+    device or a :class:`DeviceInfo`. A substring that several devices match picks the first one
+    that can build here (the first match when none can)."""
     inv = _inventory()
     if spec is None:
         return default_device()
@@ -161,9 +183,14 @@ def resolve_device(spec: str | int | cl.Device | DeviceInfo | None) -> tuple[Dev
     for info, dev in inv:
         if info.fingerprint == needle:
             return info, dev
-    for info, dev in inv:
-        if needle in f"{info.platform_name} {info.device_name} {info.label}".lower():
-            return info, dev
+    matches = [(info, dev) for info, dev in inv
+               if needle in f"{info.platform_name} {info.device_name} {info.label}".lower()]
+    if len(matches) > 1:  # e.g. "pocl" with a wheel's POCL and a system one: the one that builds
+        for info, dev in matches:
+            if build_problem(info) is None:
+                return info, dev
+    if matches:
+        return matches[0]
     raise DeviceError(f"no OpenCL device matches {text!r}; {_choices(inv)}")
 
 
@@ -214,3 +241,68 @@ def adopt_context(ctx: cl.Context, queue: cl.CommandQueue | None = None) -> Devi
 def forget_contexts() -> None:
     """Drop every kept context (a fresh start, for tests)."""
     _contexts.clear()
+
+
+# -- which devices can build here -----------------------------------------------------------------
+
+#: compiled once per device and process to learn whether the device's compiler works here
+PROBE_SOURCE = "__kernel void clmagic_probe(__global int *a) { a[0] = 1; }"
+_verdicts: dict[str, str | None] = {}
+_verdicts_lock = threading.Lock()
+
+
+def build_problem(info: DeviceInfo) -> str | None:
+    """Why ``info``'s device cannot build OpenCL C in this process, or ``None`` when it can.
+
+    The first call per device compiles :data:`PROBE_SOURCE` in clmagic's context for it (a POCL
+    whose LLVM does not know this CPU fails here with "unknown target CPU 'generic'"); the
+    verdict is kept for the process, keyed by the device fingerprint."""
+    if info.fingerprint in _verdicts:
+        return _verdicts[info.fingerprint]
+    with _verdicts_lock:
+        if info.fingerprint not in _verdicts:
+            _verdicts[info.fingerprint] = _probe(info)
+    return _verdicts[info.fingerprint]
+
+
+def _probe(info: DeviceInfo) -> str | None:
+    device = next(dev for i, dev in _inventory() if i.fingerprint == info.fingerprint)
+    try:
+        ctx = context_for(info, device)[0]
+    except cl.Error as exc:
+        return f"no context: {_first_line(str(exc))}"
+    program = cl._cl._Program(ctx, PROBE_SOURCE)
+    try:  # the compiler alone: cheaper than a build, and where an unknown CPU fails
+        program.compile(options=b"", devices=[device])
+        return None
+    except cl.Error:
+        pass
+    program = cl._cl._Program(ctx, PROBE_SOURCE)
+    try:  # e.g. a driver without clCompileProgram: a whole build decides
+        program._build(options=b"", devices=[device])
+        return None
+    except cl.Error as exc:
+        try:
+            log = program.get_build_info(device, cl.program_build_info.LOG)
+        except cl.Error:
+            log = ""
+        return _first_error(log) or _first_line(str(exc))
+
+
+def _first_line(text: str) -> str:
+    line = next((ln.strip() for ln in text.splitlines() if ln.strip()), "unknown error")
+    return line[:200]
+
+
+def _first_error(log: str) -> str:
+    """The first line of a build log that says "error", without the location prefix."""
+    for line in log.splitlines():
+        if "error" in line.lower():
+            text = line.split("error:", 1)[-1].replace("<invalid loc>:", "").strip()
+            return _first_line(text or line)
+    return _first_line(log) if log.strip() else ""
+
+
+def forget_verdicts() -> None:
+    """Forget which devices can build (a fresh start, for tests)."""
+    _verdicts.clear()

@@ -203,6 +203,8 @@ class CacheInfo:
         for info, use in self.devices:
             mark = "*" if info.fingerprint == self.active else " "
             held = f"{use.entries} entries, {fmt_bytes(use.bytes)}" if use else "no entries"
+            if not info.usable:
+                held += f" · cannot build here: {info.problem}"
             lines.append(f"{mark} {info.spec:<5} {info.type:<5} {info.platform_name} · "
                          f"{info.device_name} · driver {info.driver_version} · "
                          f"{info.fingerprint} · {held}")

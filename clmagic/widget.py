@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import ipywidgets as w
 
 from . import devices as _devices
+from .errors import DeviceError
 from .manage import _compiler, clear_cache, last_used, remove_entries
 from .records import Stats
 from .report import fmt_bytes, fmt_duration
@@ -37,6 +38,12 @@ def _row(e: Entry) -> str:
     used = time.strftime("%Y-%m-%d %H:%M", time.localtime(last_used(e)))
     return (f"{kernels[:28]:<28} {opts[:22]:<22} {fmt_bytes(m.get('binary_bytes', 0)):>9} "
             f"{m.get('build_ms', 0):>7.1f} ms {m.get('hits', 0):>5}  {used}")
+
+
+def _device_label(info: _devices.DeviceInfo) -> str:
+    """The dropdown's text for a device; one that cannot build here says so, and why."""
+    text = f"{info.platform_name} · {info.device_name}"
+    return text if info.usable else f"{text} · cannot build here: {info.problem}"
 
 
 def _guard(method):
@@ -73,9 +80,13 @@ class CacheWidget(w.VBox):
         self._armed = False
         self._entries: dict[str, Entry] = {}
         infos = _devices.list_devices()
+        try:
+            current = self.compiler.resolve()[0].spec
+        except DeviceError:  # no device can build here: show the first one's entries
+            current = infos[0].spec
         self.device = w.Dropdown(
-            options=[(f"{i.platform_name} · {i.device_name}", i.spec) for i in infos],
-            value=self.compiler.resolve()[0].spec, description="device",
+            options=[(_device_label(i), i.spec) for i in infos],
+            value=current, description="device",
             layout=w.Layout(width="max-content"),
         )
         self.header = w.HTML(f'{_STYLE}<div class="clmagic-head">{html.escape(_HEAD)}</div>')
@@ -160,8 +171,13 @@ class CacheWidget(w.VBox):
 
     @_guard
     def _on_device(self, change) -> None:
-        info = self.compiler.select_device(change["new"])
-        self.message.value = html.escape(f"{info.label} is now the device for %%clkernel")
+        info = _devices.resolve_device(change["new"])[0]
+        if info.usable:
+            self.compiler.select_device(info)
+            text = f"{info.label} is now the device for %%clkernel"
+        else:
+            text = f"{info.label} cannot build here ({info.problem}); %%clkernel keeps its device"
+        self.message.value = html.escape(text)
         self.refresh()
 
     @_guard
