@@ -2,17 +2,36 @@
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 # Driver caches off for the whole run, so a MISS is a real cold build (read at platform start).
 os.environ.setdefault("POCL_KERNEL_CACHE", "0")
 os.environ.setdefault("CUDA_CACHE_DISABLE", "1")
 
-import pyopencl as cl  # noqa: E402
+# Nothing of a test run lands in the user's home: HOME is an empty temporary folder for the whole
+# run (child processes inherit it) and `_home_stays_empty` fails a test that leaves anything in
+# it, or a clmagic folder in the user cache folder (XDG_CACHE_HOME, where clmagic's default cache
+# goes). What other tools keep there (IPython's profile, Jupyter's runtime files, matplotlib's font
+# cache, pyopencl's invoker cache, POCL's temp files) goes beside HOME: not clmagic's doing.
+RUN_DIR = Path(tempfile.mkdtemp(prefix="clmagic-tests-"))
+HOME = RUN_DIR / "home"
+HOME.mkdir()
+atexit.register(shutil.rmtree, RUN_DIR, True)
+os.environ["HOME"] = str(HOME)
+USER_CACHE = RUN_DIR / "cache"
+for _var, _dir in (("XDG_CACHE_HOME", "cache"), ("IPYTHONDIR", "ipython"), ("JUPYTER_CONFIG_DIR", "jupyter-config"),
+                   ("JUPYTER_DATA_DIR", "jupyter-data"), ("JUPYTER_RUNTIME_DIR", "jupyter-run"),
+                   ("MPLCONFIGDIR", "matplotlib"), ("POCL_CACHE_DIR", "pocl"),
+                   ("XDG_CONFIG_HOME", "config"), ("XDG_DATA_HOME", "data")):
+    os.environ[_var] = str(RUN_DIR / _dir)
+
 import pytest  # noqa: E402
 from stores import redis_server, store_factory  # noqa: E402, F401 - fixtures of tests/stores.py
 
@@ -35,22 +54,12 @@ __kernel void scale(const float a, __global float *y)
 """
 
 
-def _builds(device: cl.Device) -> bool:
-    try:
-        ctx = cl.Context([device])
-        cl._cl._Program(ctx, "__kernel void k(__global int *a) { a[0] = 1; }")._build(
-            options=b"", devices=[device])
-        return True
-    except cl.Error:
-        return False
-
-
 def _find(platform_part: str) -> str | None:
+    """The first device of that platform that can build here (clmagic's probe: tests/test_devices.py
+    checks it against devices that cannot)."""
     for info in clmagic.list_devices():
-        if platform_part in info.platform_name.lower():
-            dev = clmagic.resolve_device(info.spec)[1]
-            if _builds(dev):
-                return info.spec
+        if platform_part in info.platform_name.lower() and info.usable:
+            return info.spec
     return None
 
 
@@ -76,6 +85,28 @@ def oclgrind() -> str:
 def _fresh_warnings():
     reset_warnings()
     yield
+
+
+def home_contents() -> list[str]:
+    """Everything under the run's HOME, and clmagic's folder in the user cache folder."""
+    ours = USER_CACHE / "clmagic"
+    return sorted(str(p.relative_to(HOME)) for p in HOME.rglob("*")) + (
+        [str(ours)] if ours.exists() or ours.is_symlink() else [])
+
+
+@pytest.fixture(autouse=True)
+def _home_stays_empty():
+    """Fail a test that leaves anything in $HOME or clmagic's default cache folder (e.g. that
+    folder made without a save); both are emptied again so the next test is judged alone."""
+    yield
+    left = home_contents()
+    if left:
+        for p in [*HOME.iterdir(), USER_CACHE / "clmagic"]:
+            if p.is_dir() and not p.is_symlink():
+                shutil.rmtree(p)
+            elif p.exists() or p.is_symlink():
+                p.unlink()
+        pytest.fail(f"the test left {len(left)} path(s) in $HOME: {', '.join(left[:8])}")
 
 
 @pytest.fixture

@@ -68,6 +68,20 @@ def hostile(path: Path) -> str | None:
 
 
 
+def _check_creatable(path: Path) -> None:
+    """Raise ``OSError`` unless the missing folder ``path`` can be made: its nearest existing
+    ancestor must be a folder that this user may write into."""
+    parent = path
+    while not parent.exists():
+        if parent.parent == parent:
+            break
+        parent = parent.parent
+    if not parent.is_dir():
+        raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(parent))
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(parent))
+
+
 def _read_entry_meta(path: str) -> tuple[Entry | None, int]:
     """Header and metadata of one entry file (one read, two for big metadata) and the file's
     size; ``(None, 0)`` when it cannot be read or fails its checks."""
@@ -97,18 +111,24 @@ class DirectoryStore(Store):
         self.root = Path(root)
         self.writable = True
         self.reason = ""
+        self.trust = False
 
     @classmethod
     def open(cls, root: str | os.PathLike[str], trust: bool = False) -> DirectoryStore | None:
-        """A store at ``root``, created if missing; ``None`` (after one warning) when the folder
-        cannot be created or read, or is world-writable or another user's and ``trust`` is not
-        set. A folder that exists but cannot be written is opened read-only: hits are served,
-        nothing is stored."""
+        """A store at ``root``; ``None`` (after one warning) when the folder cannot be read or
+        created, or is world-writable or another user's and ``trust`` is not set. A folder that
+        exists but cannot be written is opened read-only: hits are served, nothing is stored.
+        A missing folder is created (0700) only when the first entry is saved, so opening,
+        listing or checking a cache leaves nothing behind."""
         path = Path(root)
         try:
-            path.mkdir(mode=0o700, parents=True, exist_ok=True)
-            os.listdir(path)
-            why = None if trust else hostile(path)
+            if path.is_dir():
+                os.listdir(path)
+                why = None if trust else hostile(path)
+                writable = os.access(path, os.W_OK)
+            else:
+                _check_creatable(path)
+                why, writable = None, True
         except OSError as exc:
             warn_once(
                 f"cache folder {path} cannot be used ({exc.strerror}); caching in memory only"
@@ -122,9 +142,19 @@ class DirectoryStore(Store):
             )
             return None
         store = cls(path)
-        if not os.access(path, os.W_OK):
+        store.trust = trust
+        if not writable:
             store._disable_writes("the folder is not writable")
         return store
+
+    def _make_root(self) -> None:
+        """Create the store's folder (0700) before the first save; a folder that someone else
+        made meanwhile is checked as :meth:`open` checks one."""
+        if self.root.is_dir():
+            if not self.trust and (why := hostile(self.root)):
+                raise PermissionError(errno.EACCES, f"refused: {why}")
+            return
+        self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
 
     @property
     def location(self) -> str:
@@ -206,7 +236,9 @@ class DirectoryStore(Store):
         data = encode(entry)
         tmp = path.with_name(f"{path.name}{TMP}{os.getpid()}.{secrets.token_hex(4)}")
         try:
-            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            if not path.parent.is_dir():
+                self._make_root()
+                path.parent.mkdir(mode=0o700, exist_ok=True)
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW, 0o600)
             try:
                 with os.fdopen(fd, "wb") as fh:
