@@ -21,6 +21,8 @@ __version__ = "0.1.0"
 
 __all__ = [
     "build",
+    "install",
+    "uninstall",
     "get_compiler",
     "reset",
     "Compiler",
@@ -117,6 +119,22 @@ def build(source: str, options: str | list[str] | None = None, device: object = 
           **kwargs) -> BuildResult:
     """Build OpenCL C ``source`` through the cache; see :meth:`Compiler.build`."""
     return get_compiler().build(source, options, device, **kwargs)
+
+
+def install(compiler: Compiler | None = None) -> bool:
+    """Build every ``pyopencl.Program(...).build()`` from source in this process through
+    clmagic's cache (``compiler``, else the process-wide one); see :mod:`clmagic.hook`.
+    Returns ``False`` when it was already installed."""
+    from .hook import install as _install
+
+    return _install(compiler if compiler is not None else get_compiler)
+
+
+def uninstall() -> bool:
+    """Give pyopencl its own ``Program.build`` back; ``False`` when nothing was installed."""
+    from .hook import uninstall as _uninstall
+
+    return _uninstall()
 
 
 def load_ipython_extension(ip) -> None:

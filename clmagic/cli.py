@@ -1,4 +1,4 @@
-"""The ``clmagic`` command: ``demo``, ``devices``, ``info``."""
+"""The ``clmagic`` command: ``demo``, ``devices``, ``info``, ``run``."""
 
 from __future__ import annotations
 
@@ -122,6 +122,41 @@ def _info(args: argparse.Namespace) -> int:
     return 0
 
 
+def _run(args: argparse.Namespace) -> int:
+    """Run a script (or ``-m`` module) as ``python`` would, every pyopencl build through the
+    cache; its exit status is the command's."""
+    import runpy
+
+    from . import get_compiler  # the process's compiler: the script's clmagic calls see it
+    from .hook import install
+
+    from .errors import ClmagicError
+
+    target = args.target
+    if not args.module and not os.path.isfile(target):
+        raise ClmagicError(f"no script {target!r}")
+    sys.argv = [target, *args.args]
+    install(get_compiler)
+    code: object = 0
+    try:
+        if args.module:
+            runpy.run_module(target, run_name="__main__", alter_sys=True)
+        else:
+            sys.path.insert(0, os.path.dirname(os.path.abspath(target)))
+            runpy.run_path(target, run_name="__main__")
+    except SystemExit as exc:
+        code = exc.code
+    finally:
+        if args.stats:
+            from .manage import stats
+
+            print(stats(get_compiler()), file=sys.stderr)
+    if code is None or isinstance(code, int):
+        return code or 0
+    print(code, file=sys.stderr)
+    return 1
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``clmagic`` command."""
     from .errors import ClmagicError
@@ -137,8 +172,17 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("devices", help="list OpenCL devices (* = default), and those that "
                    "cannot build here")
     sub.add_parser("info", help="where the cache is, settings in effect, devices")
+    run = sub.add_parser("run", help="run a Python script with every pyopencl build through "
+                                     "the cache: clmagic run SCRIPT [ARGS...]")
+    run.add_argument("-m", dest="module", action="store_true",
+                     help="run a module, as python -m does (clmagic run -m pkg.mod ARGS)")
+    run.add_argument("--stats", action="store_true",
+                     help="print this run's hits, misses and time saved to stderr at the end")
+    run.add_argument("target", metavar="SCRIPT", help="the script (or, with -m, the module)")
+    run.add_argument("args", nargs=argparse.REMAINDER, help="the script's own arguments")
     args = parser.parse_args(argv)
-    handler = {"demo": _demo, "_demo-child": _demo_child, "devices": _devices, "info": _info}
+    handler = {"demo": _demo, "_demo-child": _demo_child, "devices": _devices, "info": _info,
+               "run": _run}
     try:
         return handler[args.cmd](args)
     except ClmagicError as exc:

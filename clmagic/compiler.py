@@ -6,6 +6,7 @@ import os
 import threading
 import time
 from dataclasses import dataclass, field
+from collections.abc import Sequence
 from typing import NamedTuple
 
 import pyopencl as cl
@@ -21,7 +22,7 @@ from .options import BuildOptions, parse_options
 from .records import History, Outcome, Record, now
 from .store import Store, store_for
 
-__all__ = ["Compiler", "BuildResult", "MAX_SOURCE"]
+__all__ = ["Compiler", "BuildResult", "ProgramBuild", "MAX_SOURCE"]
 
 _DEFAULT_STORE = object()
 
@@ -72,6 +73,7 @@ class BuildResult:
 
 
 _PREPARED_MAX = 512
+_PROGRAMS_MAX = 256
 
 
 class _Prepared(NamedTuple):
@@ -92,6 +94,18 @@ class _Loaded:
     context: cl.Context
     build_ms: float
     build_log: str
+    names: list[str] = field(default_factory=list)  # kernel names, also when none were made
+
+
+@dataclass
+class ProgramBuild:
+    """What :meth:`Compiler.build_program` hands back: the driver's program (no kernels made)
+    and one record per device."""
+
+    program: cl.Program
+    outcome: str
+    records: list[Record]
+    build_log: str = ""
 
 
 class Compiler:
@@ -116,6 +130,8 @@ class Compiler:
         self._memory: dict[tuple[str, str], _Loaded] = {}
         self._lock = threading.Lock()  # memory and history; builds themselves run in parallel
         self._prepared: dict[tuple, _Prepared] = {}
+        #: programs built for callers' contexts (the pyopencl hook), by their keys
+        self._programs: dict[tuple[tuple[str, str], ...], _Loaded] = {}
 
     # -- device -------------------------------------------------------------------------------
 
@@ -147,7 +163,14 @@ class Compiler:
             ]
             for k in doomed:
                 del self._memory[k]
-        return len(doomed)
+            gone = [
+                ks for ks in self._programs
+                if any((fingerprint is None or f == fingerprint) and (key is None or k == key)
+                       for f, k in ks)
+            ]
+            for ks in gone:
+                del self._programs[ks]
+        return len(doomed) + len(gone)
 
     # -- the trip -----------------------------------------------------------------------------
 
@@ -162,7 +185,7 @@ class Compiler:
         Remembered for sources that include nothing, whose key depends on the arguments alone
         (a re-run cell then costs a dict lookup: 0.36 ms → µs on the H200 host for silx code).
         """
-        if not isinstance(options, (str, type(None))):
+        if not isinstance(options, (str, type(None), BuildOptions)):
             options = tuple(options)  # hashable, and a generator is read once
         if isinstance(source, (bytearray, memoryview)):
             source = bytes(source)
@@ -214,26 +237,19 @@ class Compiler:
             info, dev = self.resolve(device)
         ctx, queue = _devices.context_for(info, dev)
         t0 = time.perf_counter()  # the trip, not the one-time context creation
-        source, src, opts, key, headers, preview, unkeyable = self._prepare(source, options, info)
+        prep = self._prepare(source, options, info)
+        source, _src, opts, key, _headers, _preview, unkeyable = prep
 
         def finish(outcome: str, loaded: _Loaded, saved=False, note="") -> BuildResult:
-            ms = (time.perf_counter() - t0) * 1000
-            rec = Record(
-                time=now(), outcome=outcome, kernels=list(loaded.kernels), ms=ms,
-                build_ms=loaded.build_ms, device=info.label, fingerprint=info.fingerprint,
-                key=key, options=opts.effective, preview=preview, source=source,
-                saved_to_store=saved, note=note,
-            )
-            with self._lock:
-                self.history.add(rec)
+            rec = self._record(outcome, t0, info, prep, loaded, saved=saved, note=note)
             return BuildResult(
-                program=loaded.program, kernels=loaded.kernels, outcome=outcome, ms=ms,
+                program=loaded.program, kernels=loaded.kernels, outcome=outcome, ms=rec.ms,
                 build_ms=loaded.build_ms, key=key, device=info, options=opts, context=ctx,
                 queue=queue, saved=saved, note=note, build_log=loaded.build_log, record=rec,
             )
 
         if not use_cache or unkeyable:
-            loaded = self._compile(ctx, dev, info, source, opts, line_offset)
+            loaded = self._compile(ctx, [dev], info.label, source, opts, line_offset)
             if unkeyable:
                 warn_once(f"not cached: {unkeyable}")
             return finish(Outcome.BYPASS, loaded,
@@ -243,41 +259,141 @@ class Compiler:
         if mem is not None and mem.context == ctx:
             return finish(Outcome.MEMORY, mem, note="memory")
 
-        outcome = Outcome.MISS
-        if self.store is not None:
+        entry, corrupt = self._lookup(info, key)
+        if entry is not None:
             try:
-                entry = self.store.get(info.fingerprint, key)
-                if entry is not None:
-                    loaded = self._load(ctx, dev, entry, opts)
-                    with self._lock:
-                        self._memory[(info.fingerprint, key)] = loaded
-                    self._record_hit(info.fingerprint, key)
-                    origin = entry.meta.get("store", self.store.kind)
-                    return finish(Outcome.HIT, loaded, note=f"from {origin} cache")
-            except (CorruptEntry, OSError) as exc:
-                outcome = Outcome.CORRUPT
-                warn_once(f"cache entry {key[:12]} is damaged ({exc}); rebuilding it")
+                loaded = self._load(ctx, [dev], [entry], opts)
+            except CorruptEntry as exc:
+                corrupt = self._damaged(info, key, exc)
+            else:
                 with self._lock:
-                    self.history.event("CORRUPT", key, [], detail=str(exc))
-                self.store.delete(info.fingerprint, key)
+                    self._memory[(info.fingerprint, key)] = loaded
+                self._record_hit(info.fingerprint, key)
+                return finish(Outcome.HIT, loaded, note=_served_from(entry, self.store))
 
-        loaded = self._compile(ctx, dev, info, source, opts, line_offset)
+        loaded = self._compile(ctx, [dev], info.label, source, opts, line_offset)
         with self._lock:
             self._memory[(info.fingerprint, key)] = loaded
-        saved, note = False, "cache off (memory only)"
+        saved, note = self._save(info, prep, loaded.program,
+                                 dev, loaded.build_ms, loaded.build_log, list(loaded.kernels))
+        return finish(Outcome.CORRUPT if corrupt else Outcome.MISS, loaded, saved=saved,
+                      note=note)
+
+    def build_program(self, context: cl.Context, source: str | bytes,
+                      options: str | BuildOptions | None = None,
+                      devices: Sequence[cl.Device] | None = None, *,
+                      origin: str = "cell") -> ProgramBuild:
+        """Build ``source`` in the caller's ``context`` for ``devices`` (default: all of the
+        context's), through the caches, making no kernels: what :mod:`clmagic.hook` needs.
+
+        One key and one entry per device: when every device's entry loads, the program is made
+        from their binaries (HIT); otherwise it is built from source for all of them and each
+        missing device's binary is saved. One record per device, marked with ``origin``.
+        Raises :class:`BuildError` / :class:`ClmagicError` as :meth:`build` does.
+        """
+        devs = list(devices) if devices else list(context.devices)
+        infos = [_devices.identity(d) for d in devs]
+        t0 = time.perf_counter()
+        preps = [self._prepare(source, options, i) for i in infos]
+        opts, label = preps[0].opts, infos[0].label
+
+        def finish(outcome: str, loaded: _Loaded, missing=(), saves=(), note="") -> ProgramBuild:
+            # ``outcome`` is every device's, or, when ``missing`` is given, that of the missing
+            # devices (the others were rebuilt along with them)
+            done = dict(saves)
+            recs = [self._record(outcome if not missing or i in missing else Outcome.MISS, t0,
+                                 info, prep, loaded, saved=done.get(i, (False, ""))[0],
+                                 note=done.get(i, (False, note))[1], origin=origin)
+                    for i, (info, prep) in enumerate(zip(infos, preps))]
+            return ProgramBuild(loaded.program, outcome, recs, loaded.build_log)
+
+        if preps[0].unkeyable:
+            warn_once(f"not cached: {preps[0].unkeyable}")
+            loaded = self._compile(context, devs, label, preps[0].source, opts, kernels=False)
+            return finish(Outcome.BYPASS, loaded, note=f"not cached: {preps[0].unkeyable}")
+        keys = tuple((i.fingerprint, p.key) for i, p in zip(infos, preps))
+        mem = self._programs.get(keys)
+        if mem is not None and mem.context == context:
+            return finish(Outcome.MEMORY, mem, note="memory")
+
+        found = [self._lookup(i, p.key) for i, p in zip(infos, preps)]
+        corrupt = any(c for _, c in found)
+        entries = [e for e, _ in found if e is not None]
+        if len(entries) == len(devs):
+            try:
+                loaded = self._load(context, devs, entries, opts, kernels=False)
+            except CorruptEntry as exc:
+                corrupt = any([self._damaged(i, p.key, exc) for i, p in zip(infos, preps)])
+            else:
+                self._remember(keys, loaded)
+                for fp, key in keys:
+                    self._record_hit(fp, key)
+                return finish(Outcome.HIT, loaded, note=_served_from(entries[0], self.store))
+
+        loaded = self._compile(context, devs, label, preps[0].source, opts, kernels=False)
+        self._remember(keys, loaded)
+        missing = [i for i, (e, _) in enumerate(found) if e is None or corrupt]
+        saves = [(i, self._save(infos[i], preps[i], loaded.program, devs[i], loaded.build_ms,
+                                _log_of(loaded.program, devs[i]), loaded.names, origin))
+                 for i in missing]
+        return finish(Outcome.CORRUPT if corrupt else Outcome.MISS, loaded, missing, saves,
+                      note="built with the other devices")
+
+    def _remember(self, keys: tuple[tuple[str, str], ...], loaded: _Loaded) -> None:
+        with self._lock:
+            if len(self._programs) >= _PROGRAMS_MAX:
+                self._programs.pop(next(iter(self._programs)))
+            self._programs[keys] = loaded
+
+    def _record(self, outcome: str, t0: float, info: DeviceInfo, prep: _Prepared,
+                loaded: _Loaded, *, saved: bool = False, note: str = "",
+                origin: str = "cell") -> Record:
+        """The trip's record, added to the history."""
+        rec = Record(
+            time=now(), outcome=outcome, kernels=list(loaded.names),
+            ms=(time.perf_counter() - t0) * 1000, build_ms=loaded.build_ms, device=info.label,
+            fingerprint=info.fingerprint, key=prep.key, options=prep.opts.effective,
+            preview=prep.preview, source=prep.source, saved_to_store=saved, note=note,
+            origin=origin,
+        )
+        with self._lock:
+            self.history.add(rec)
+        return rec
+
+    def _lookup(self, info: DeviceInfo, key: str) -> tuple[Entry | None, bool]:
+        """The stored entry of ``key`` (``None`` when there is none) and whether a damaged one
+        was found (reported, deleted, rebuilt by the caller)."""
+        if self.store is None:
+            return None, False
+        try:
+            return self.store.get(info.fingerprint, key), False
+        except (CorruptEntry, OSError) as exc:
+            return None, self._damaged(info, key, exc)
+
+    def _damaged(self, info: DeviceInfo, key: str, exc: Exception) -> bool:
+        warn_once(f"cache entry {key[:12]} is damaged ({exc}); rebuilding it")
+        with self._lock:
+            self.history.event("CORRUPT", key, [], detail=str(exc))
         if self.store is not None:
-            binary = _binary_of(loaded.program, dev)
-            entry = Entry.create(
-                key, info.fingerprint, binary,
-                kernels=list(loaded.kernels), options=opts.effective, device=info.device_name,
-                platform=info.platform_name, driver=info.driver_version,
-                device_version=info.device_version, platform_version=info.platform_version,
-                source_bytes=len(src), build_ms=round(loaded.build_ms, 3), created=time.time(),
-                build_log=loaded.build_log, headers=[name for name, _ in headers],
-            )
-            saved = self.store.put(entry)
-            note = "saved" if saved else f"not saved ({self.store.reason or 'store refused it'})"
-        return finish(outcome, loaded, saved=saved, note=note)
+            self.store.delete(info.fingerprint, key)
+        return True
+
+    def _save(self, info: DeviceInfo, prep: _Prepared, program: cl.Program | cl._cl._Program,
+              dev: cl.Device, build_ms: float, log: str, kernels: list[str],
+              origin: str = "cell") -> tuple[bool, str]:
+        """Store the binary ``program`` holds for ``dev``; returns (saved, note)."""
+        if self.store is None:
+            return False, "cache off (memory only)"
+        entry = Entry.create(
+            prep.key, info.fingerprint, _binary_of(program, dev),
+            kernels=kernels, options=prep.opts.effective, device=info.device_name,
+            platform=info.platform_name, driver=info.driver_version,
+            device_version=info.device_version, platform_version=info.platform_version,
+            source_bytes=len(prep.src), build_ms=round(build_ms, 3), created=time.time(),
+            build_log=log, headers=[name for name, _ in prep.headers], origin=origin,
+        )
+        saved = self.store.put(entry)
+        return saved, "saved" if saved else f"not saved ({self.store.reason or 'store refused it'})"
 
     def _record_hit(self, fingerprint: str, key: str) -> None:
         """Count a store hit (MEMORY hits are not store hits: they live in the history only)."""
@@ -286,28 +402,33 @@ class Compiler:
         except Exception as exc:  # use counts are advisory; never fail a build over them
             warn_once(f"cache {self.store!r} could not count a hit ({exc})")
 
-    def _compile(self, ctx, dev, info: DeviceInfo, source: str, opts: BuildOptions,
-                 line_offset: int) -> _Loaded:
+    def _compile(self, ctx, devs: list, label: str, source: str, opts: BuildOptions,
+                 line_offset: int = 0, kernels: bool = True) -> _Loaded:
+        """Build from source for ``devs`` in one driver call."""
         if not strip_comments(source).strip():  # checked here: a cached source has code
             raise ClmagicError("the source holds only comments: nothing to compile")
         prg = cl._cl._Program(ctx, source)
         t = time.perf_counter()
         try:
-            prg._build(options=opts.effective.encode(), devices=[dev])
+            prg._build(options=opts.effective.encode(), devices=devs)
         except cl.Error as exc:
-            log = _log_of(prg, dev) or str(exc)
-            raise BuildError(log, options=opts.effective, device=info.label,
+            log = "\n".join(filter(None, (_log_of(prg, d) for d in devs))) or str(exc)
+            raise BuildError(log, options=opts.effective, device=label,
                              line_offset=line_offset) from None
         build_ms = (time.perf_counter() - t) * 1000
-        return _loaded(ctx, prg, build_ms, _log_of(prg, dev))
+        return _loaded(ctx, prg, build_ms, "\n".join(filter(None, (_log_of(prg, d) for d in devs))),
+                       kernels)
 
-    def _load(self, ctx, dev, entry: Entry, opts: BuildOptions) -> _Loaded:
+    def _load(self, ctx, devs: list, entries: list[Entry], opts: BuildOptions,
+              kernels: bool = True) -> _Loaded:
+        """The program made from the entries' binaries, one per device of ``devs``."""
         try:
-            prg = cl._cl._Program(ctx, [dev], [entry.binary])
-            prg._build(options=opts.effective.encode(), devices=[dev])
-            return _loaded(ctx, prg, entry.build_ms, entry.meta.get("build_log", ""))
+            prg = cl._cl._Program(ctx, devs, [e.binary for e in entries])
+            prg._build(options=opts.effective.encode(), devices=devs)
         except cl.Error as exc:
             raise CorruptEntry(f"the driver refused the stored binary: {exc}") from None
+        log = entries[0].meta.get("build_log", "")
+        return _loaded(ctx, prg, entries[0].build_ms, log, kernels)
 
 
 def _check_source(source: str | bytes) -> tuple[str, bytes]:
@@ -344,10 +465,21 @@ def _check_source(source: str | bytes) -> tuple[str, bytes]:
     return text, text.encode("utf-8")
 
 
-def _loaded(ctx, prg, build_ms: float, log: str) -> _Loaded:
+def _loaded(ctx, prg, build_ms: float, log: str, kernels: bool = True) -> _Loaded:
+    """``kernels=False`` makes no kernel objects (the pyopencl hook hands the program back
+    and pyopencl makes the kernels it needs)."""
     program = cl.Program(prg)
-    kernels = {k.function_name: k for k in prg.all_kernels()}
-    return _Loaded(program, kernels, ctx, build_ms, (log or "").strip())
+    if kernels:
+        made = {k.function_name: k for k in prg.all_kernels()}
+        names = list(made)
+    else:
+        made = {}
+        names = [n for n in str(prg.get_info(cl.program_info.KERNEL_NAMES)).split(";") if n]
+    return _Loaded(program, made, ctx, build_ms, (log or "").strip(), names)
+
+
+def _served_from(entry: Entry, store: Store | None) -> str:
+    return f"from {entry.meta.get('store', store.kind if store else '')} cache"
 
 
 def _log_of(prg, dev) -> str:
@@ -357,7 +489,7 @@ def _log_of(prg, dev) -> str:
         return ""
 
 
-def _binary_of(program: cl.Program, dev: cl.Device) -> bytes:
+def _binary_of(program: cl.Program | cl._cl._Program, dev: cl.Device) -> bytes:
     devs = program.get_info(cl.program_info.DEVICES)
     binaries = program.get_info(cl.program_info.BINARIES)
     return bytes(binaries[devs.index(dev)])

@@ -9,7 +9,7 @@ import pyopencl as cl
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
-from traitlets import Bool
+from traitlets import Bool, observe
 
 from .compiler import BuildResult, Compiler
 from .config import warn
@@ -17,7 +17,8 @@ from .errors import OptionsError
 
 __all__ = ["CLMagics", "split_opts", "CLCACHE_COMMANDS"]
 
-CLCACHE_COMMANDS = ("stats", "history", "info", "clear", "widget", "export", "import")
+CLCACHE_COMMANDS = ("stats", "history", "info", "clear", "widget", "export", "import", "install",
+                    "uninstall")
 
 _OPTS = re.compile(r"(?:^|\s)--opts(?:=|\s+|$)")
 
@@ -45,9 +46,26 @@ class CLMagics(Magics):
         True, help="Put cl_ctx and cl_queue of the build's device in the user namespace."
     ).tag(config=True)
 
+    cache_every_program = Bool(
+        False, help="Build every pyopencl program of this kernel (pyopencl.array, elementwise, "
+                    "reduction, scan, silx, pyFAI, ...) through clmagic's cache, as "
+                    "%clcache install does; off: pyopencl builds them its own way."
+    ).tag(config=True)
+
     def __init__(self, shell=None, compiler: Compiler | None = None, **kwargs):
         super().__init__(shell=shell, **kwargs)
         self._compiler = compiler
+        if self.cache_every_program:  # set in a config file, before any observer ran
+            self._hook({"new": True})
+
+    @observe("cache_every_program")
+    def _hook(self, change) -> None:
+        from . import hook
+
+        if change["new"]:
+            hook.install(lambda: self.compiler)
+        else:
+            hook.uninstall()
 
     @property
     def compiler(self) -> Compiler:
@@ -120,8 +138,8 @@ class CLMagics(Magics):
 
     @magic_arguments()
     @argument("command", nargs="?", metavar="COMMAND", choices=CLCACHE_COMMANDS,
-              help="stats | history | info | clear | widget | export | import "
-                   "(none: the entries as a DataFrame).")
+              help="stats | history | info | clear | widget | export | import | install | "
+                   "uninstall (none: the entries as a DataFrame).")
     @argument("keys", nargs="*", metavar="KEY_PREFIX",
               help="clear: only entries whose key starts with one of these (hex); "
                    "export/import: the bundle's PATH.")
@@ -147,6 +165,11 @@ class CLMagics(Magics):
         ``%clcache export PATH [--device SPEC]``
                                      write the cache (or one device's part) to a bundle file
         ``%clcache import PATH``     add a bundle's entries, never overwriting local ones
+        ``%clcache install``         from now on, every pyopencl program built from source in
+                                     this kernel (pyopencl.array, ElementwiseKernel, silx, ...)
+                                     goes through the cache (``%config
+                                     CLMagics.cache_every_program = True`` does the same)
+        ``%clcache uninstall``       give pyopencl its own build back
 
         Each returns its object, so ``df = %clcache`` keeps the DataFrame.
         """
@@ -157,6 +180,14 @@ class CLMagics(Magics):
         except UsageError as exc:
             raise OptionsError(str(exc)) from None
         cmd = args.command
+        if cmd in ("install", "uninstall"):
+            if args.keys or args.older_than or args.device:
+                raise OptionsError(f"%clcache {cmd} takes no arguments")
+            self.cache_every_program = cmd == "install"
+            print("every pyopencl program built from source now goes through clmagic's cache "
+                  "(%clcache uninstall to stop)" if cmd == "install" else
+                  "pyopencl builds its programs its own way again")
+            return None
         if cmd in ("export", "import"):
             return self._bundle(cmd, args)
         if cmd != "clear" and (args.keys or args.older_than):

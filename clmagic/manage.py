@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from . import devices as _devices
 from .errors import DeviceError, OptionsError
-from .records import DeviceUsage, Stats
+from .records import DeviceUsage, Stats, from_origin
 from .report import fmt_bytes
 
 if TYPE_CHECKING:
@@ -77,10 +77,12 @@ def device_fingerprints(spec: object, entries: Iterable[Entry] = ()) -> set[str]
 
 
 def select_entries(store: Store, device: object = None, older_than: str | float | None = None,
-                   prefixes: Iterable[str] = (), now: float | None = None) -> list[Entry]:
+                   prefixes: Iterable[str] = (), now: float | None = None,
+                   origin: str | None = None) -> list[Entry]:
     """Entries (metadata only) of ``device`` that were last used more than ``older_than`` ago
-    (an age string or seconds; last use is the last hit, else the build) and whose key starts
-    with one of ``prefixes`` (all when empty)."""
+    (an age string or seconds; last use is the last hit, else the build), whose key starts
+    with one of ``prefixes`` (all when empty) and that were first built for ``origin`` (a
+    module, or a package taking its modules, or ``cell``; see :func:`entry_origin`)."""
     prefixes = [p.strip().lower() for p in prefixes]
     for p in prefixes:
         if not _HEX.match(p):
@@ -96,7 +98,17 @@ def select_entries(store: Store, device: object = None, older_than: str | float 
         entries = [e for e in entries if last_used(e) < cutoff]
     if prefixes:
         entries = [e for e in entries if e.key.startswith(tuple(prefixes))]
+    if origin is not None:
+        entries = [e for e in entries if from_origin(entry_origin(e), origin)]
     return entries
+
+
+def entry_origin(e: Entry) -> str:
+    """Who asked for the build that made an entry: ``cell``, or the module that called
+    ``pyopencl.Program.build`` under :func:`clmagic.install` (entries from before origins were
+    kept are cells')."""
+    origin = e.meta.get("origin")
+    return origin if isinstance(origin, str) and origin else "cell"
 
 
 def last_used(e: Entry) -> float:
@@ -175,11 +187,13 @@ def usage(store: Store | None) -> list[DeviceUsage]:
     return sorted(per.values(), key=lambda d: d.label)
 
 
-def stats(compiler: Compiler | None = None) -> Stats:
+def stats(compiler: Compiler | None = None, origin: str | None = None) -> Stats:
     """This session's hits, misses, memory hits, corrupt entries, hit rate and time saved, with
-    the entries and bytes the store holds per device."""
+    the entries and bytes the store holds per device; ``origin`` counts only the trips of that
+    origin (``cell``, a module such as ``pyopencl.elementwise``, or a package: ``silx``)."""
     c = _compiler(compiler)
-    return Stats.of(c.history.records, location=_where(c.store), devices=usage(c.store))
+    records = [r for r in c.history.records if from_origin(r.origin, origin)]
+    return Stats.of(records, location=_where(c.store), devices=usage(c.store))
 
 
 @dataclass

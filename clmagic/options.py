@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from .errors import OptionsError
 
-__all__ = ["BuildOptions", "parse_options"]
+__all__ = ["BuildOptions", "parse_options", "exact_options"]
 
 _OPT_LEVEL = re.compile(r"^-O([0-3s]?)$")
 # printable ASCII, space and tab, without quotes or backslash: no shell-like syntax to parse
@@ -22,15 +22,18 @@ class BuildOptions:
     """The options as written and as the driver receives them.
 
     ``effective`` is the exact string passed to ``clBuildProgram`` and hashed into the key.
+    ``exact``, when set, is that string verbatim (options another library already made, see
+    :func:`exact_options`); ``tokens`` then name only its ``-I`` folders.
     """
 
     written: str
     tokens: tuple[str, ...]
+    exact: str | None = None
 
     @property
     def effective(self) -> str:
         """The option string the driver receives."""
-        return shlex.join(self.tokens)
+        return self.exact if self.exact is not None else shlex.join(self.tokens)
 
     @property
     def include_dirs(self) -> tuple[str, ...]:
@@ -52,7 +55,7 @@ def _split(options: str | Iterable[str] | None) -> tuple[str, list[str]]:
     return " ".join(items), items
 
 
-def parse_options(options: str | Iterable[str] | None) -> BuildOptions:
+def parse_options(options: str | Iterable[str] | BuildOptions | None) -> BuildOptions:
     """Normalise build options.
 
     ``-O0`` becomes ``-cl-opt-disable``; ``-O``, ``-O1``…``-O3`` and ``-Os`` become the driver's
@@ -60,6 +63,8 @@ def parse_options(options: str | Iterable[str] | None) -> BuildOptions:
     ``-I DIR`` are joined into one token each (``-DNAME=V``, ``-IDIR``) so that two spellings of
     the same driver input share a key; everything else is passed through in order.
     """
+    if isinstance(options, BuildOptions):
+        return options
     written, raw = _split(options)
     tokens: list[str] = []
     it = iter(raw)
@@ -82,3 +87,11 @@ def parse_options(options: str | Iterable[str] | None) -> BuildOptions:
             raise OptionsError(f"-I needs a folder (in {written!r})")
         tokens.append(tok)
     return BuildOptions(written=written, tokens=tuple(tokens))
+
+
+def exact_options(options: str, include_dirs: Iterable[str] = ()) -> BuildOptions:
+    """Options passed to the driver exactly as given, nothing mapped (pyopencl's own options,
+    with its include folder: the driver then receives what it would without clmagic).
+    ``include_dirs`` are the ``-I`` folders the caller found in them, for the header rules."""
+    return BuildOptions(written=options, tokens=tuple(f"-I{d}" for d in include_dirs),
+                        exact=options)

@@ -7,7 +7,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
-__all__ = ["Outcome", "Record", "History", "Stats", "DeviceUsage"]
+__all__ = ["Outcome", "Record", "History", "Stats", "DeviceUsage", "from_origin"]
 
 
 class Outcome:
@@ -38,6 +38,9 @@ class Record:
     source: str | None = None
     saved_to_store: bool = False
     note: str = ""
+    #: who asked for the build: ``cell`` (``%%clkernel`` or :func:`clmagic.build`), else the
+    #: module that called ``pyopencl.Program.build`` (``pyopencl.elementwise``, ``silx.…``)
+    origin: str = "cell"
 
     @property
     def saved_ms(self) -> float:
@@ -85,6 +88,12 @@ class History:
         """Forget the history."""
         self.records.clear()
         self.tally.clear()
+
+
+def from_origin(origin: str, wanted: str | None) -> bool:
+    """Whether a record's or entry's ``origin`` is ``wanted``: the same module or one inside it
+    (``pyopencl`` takes ``pyopencl.elementwise``); ``None`` takes every origin."""
+    return wanted is None or origin == wanted or origin.startswith(wanted + ".")
 
 
 def now() -> float:
