@@ -127,6 +127,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device", default=None, help='"P:D" or part of the platform/device name')
     ap.add_argument("--json", action="store_true", help="print one JSON line of results")
     args = ap.parse_args(argv)
+    try:
+        import mako  # noqa: F401 - pyopencl's reductions and scans are Mako templates
+    except ImportError:
+        raise SystemExit("hook_workload: pip install mako (pyopencl needs it for sum, dot, "
+                         "cumsum)") from None
     dev = pick_device(args.device)
     ctx = cl.Context([dev])
     queue = cl.CommandQueue(ctx)

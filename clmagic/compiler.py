@@ -313,7 +313,8 @@ class Compiler:
             return finish(Outcome.BYPASS, loaded, note=f"not cached: {preps[0].unkeyable}")
         keys = tuple((i.fingerprint, p.key) for i, p in zip(infos, preps))
         mem = self._programs.get(keys)
-        if mem is not None and mem.context == context:
+        if (mem is not None and mem.context == context  # and for these very devices (twins
+                and mem.program.get_info(cl.program_info.DEVICES) == devs):  # share a key)
             return finish(Outcome.MEMORY, mem, note="memory")
 
         found = [self._lookup(i, p.key) for i, p in zip(infos, preps)]

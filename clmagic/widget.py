@@ -16,8 +16,8 @@ import ipywidgets as w
 
 from . import devices as _devices
 from .errors import DeviceError
-from .manage import _compiler, clear_cache, last_used, remove_entries
-from .records import Stats
+from .manage import _compiler, clear_cache, entry_origin, last_used, remove_entries
+from .records import Stats, from_origin
 from .report import fmt_bytes, fmt_duration
 
 if TYPE_CHECKING:
@@ -68,8 +68,10 @@ def _guard(method):
 class CacheWidget(w.VBox):
     """Choose the device for the next ``%%clkernel`` cells, see its entries, clear some or all.
 
-    Parts (attributes): ``device`` (Dropdown, "platform · device"), ``table`` (SelectMultiple of
-    the device's entries, values are keys), ``refresh_button``, ``clear_selected_button``,
+    Parts (attributes): ``device`` (Dropdown, "platform · device"), ``origin`` (Dropdown: all,
+    ``cell`` or a module that built through :func:`clmagic.install`; shown once there are
+    several), ``table`` (SelectMultiple of the device's entries of that origin, values are keys;
+    "Clear all" clears those), ``refresh_button``, ``clear_selected_button``,
     ``clear_all_button`` (asks for a second, confirming click), ``status`` (entries, MB, hit rate,
     time saved), ``message`` (what the last action did), ``errors``, ``plot`` (session history).
     """
@@ -78,6 +80,7 @@ class CacheWidget(w.VBox):
         self.compiler = _compiler(compiler)
         self.last_error: Exception | None = None
         self._armed = False
+        self._updating = False
         self._entries: dict[str, Entry] = {}
         infos = _devices.list_devices()
         try:
@@ -89,6 +92,8 @@ class CacheWidget(w.VBox):
             value=current, description="device",
             layout=w.Layout(width="max-content"),
         )
+        self.origin = w.Dropdown(options=[("all origins", "")], value="",
+                                 description="origin", layout=w.Layout(width="max-content"))
         self.header = w.HTML(f'{_STYLE}<div class="clmagic-head">{html.escape(_HEAD)}</div>')
         self.table = w.SelectMultiple(options=[], rows=10, layout=w.Layout(width="100%"))
         self.table.add_class("clmagic-table")
@@ -105,13 +110,14 @@ class CacheWidget(w.VBox):
             plot = importlib.util.find_spec("matplotlib") is not None
         self._with_plot = plot
         self.device.observe(self._on_device, names="value")
+        self.origin.observe(self._on_origin, names="value")
         self.refresh_button.on_click(self._on_refresh)
         self.clear_selected_button.on_click(self._on_clear_selected)
         self.clear_all_button.on_click(self._on_clear_all)
         buttons = w.HBox([self.refresh_button, self.clear_selected_button, self.clear_all_button])
-        parts = [self.device, self.header, self.table, buttons, self.status, self.message,
-                 self.errors]
-        super().__init__(parts + ([self.plot] if plot else []))
+        self._parts = [self.device, self.header, self.table, buttons, self.status, self.message,
+                       self.errors] + ([self.plot] if plot else [])
+        super().__init__(self._parts)
         self.add_class("clmagic-widget")
         self.refresh()
 
@@ -133,12 +139,17 @@ class CacheWidget(w.VBox):
         self._disarm()
         store = self.compiler.store
         entries = list(store.entries(self.fingerprint)) if store is not None else []
+        records = self.compiler.history.records
+        self._show_origins({entry_origin(e) for e in entries} | {r.origin for r in records})
+        wanted = self.origin.value or None
+        entries = [e for e in entries if from_origin(entry_origin(e), wanted)]
         entries.sort(key=last_used, reverse=True)
         self._entries = {e.key: e for e in entries}
         keep = [k for k in self.table.value if k in self._entries]
         self.table.options = [(_row(e), e.key) for e in entries]
         self.table.value = tuple(keep)
-        s = Stats.of(self.compiler.history.records)  # the session; no second store listing
+        # the session (no second store listing), of the chosen origin
+        s = Stats.of([r for r in records if from_origin(r.origin, wanted)])
         rate = "n/a" if s.hit_rate is None else f"{s.hit_rate:.0%}"
         size = sum(int(e.meta.get("stored_bytes") or 0) for e in entries)
         where = store.location if store is not None else "memory only (nothing stored)"
@@ -149,6 +160,24 @@ class CacheWidget(w.VBox):
         )
         if self._with_plot:
             self._draw()
+
+    def _show_origins(self, origins: set[str]) -> None:
+        """Offer the origins seen; the dropdown appears once there is more than one."""
+        current = self.origin.value
+        options = [("all origins", "")] + [(o, o) for o in sorted(origins)]
+        if current and current not in origins:
+            options.append((current, current))  # kept: an empty table says nothing is left
+        if options != list(self.origin.options):
+            self._updating = True  # no refresh from the value ipywidgets resets meanwhile
+            try:
+                self.origin.options = options
+                self.origin.value = current
+            finally:
+                self._updating = False
+        shown = len(origins) > 1 or bool(current)
+        if shown != (self.origin in self.children):
+            self.children = ([self.device, self.origin] if shown else [self.device]) + \
+                self._parts[1:]
 
     def _draw(self) -> None:
         from matplotlib.figure import Figure
@@ -181,6 +210,13 @@ class CacheWidget(w.VBox):
         self.refresh()
 
     @_guard
+    def _on_origin(self, change) -> None:
+        if self._updating:
+            return
+        self.message.value = ""
+        self.refresh()
+
+    @_guard
     def _on_refresh(self, _button=None) -> None:
         self.message.value = ""
         self.refresh()
@@ -205,6 +241,9 @@ class CacheWidget(w.VBox):
             self.clear_all_button.button_style = "danger"
             self.message.value = "click again to confirm"
             return
-        removed = clear_cache(device=self.fingerprint, compiler=self.compiler)
+        if self.origin.value:  # only what the table shows
+            removed = remove_entries(list(self._entries.values()), self.compiler)
+        else:
+            removed = clear_cache(device=self.fingerprint, compiler=self.compiler)
         self.message.value = html.escape(str(removed))
         self.refresh()

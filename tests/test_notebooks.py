@@ -28,6 +28,8 @@ OUTCOMES = {
     # clear + import of the bundle
     "04-managing-and-sharing.ipynb": (["MISS", "MISS", "MISS", "MISS", "HIT", "HIT"],
                                       ["HIT", "HIT", "MISS", "MISS", "HIT", "HIT"]),
+    # no %%clkernel cell: pyopencl's own programs, through %clcache install (tested below)
+    "05-every-program.ipynb": ([], []),
 }
 WIDGET = "application/vnd.jupyter.widget-view+json"
 
@@ -195,6 +197,22 @@ def test_tuning_builds_every_tile_size_once_and_checks_against_numpy(twice):
     build_ms = [frame_rows(output_of(nb, "timings = pd.DataFrame"))["4"]["build_ms"]
                 for nb in (first, second)]
     assert build_ms[0] == build_ms[1]
+
+
+def test_every_program_builds_then_loads_in_a_new_kernel(twice):
+    first, second = twice("05-every-program.ipynb")
+    for nb, word in ((first, "MISS"), (second, "HIT")):
+        trips = frame_rows(output_of(nb, 'history.groupby("outcome")'))
+        assert word in trips and set(trips) <= {word, "MEMORY"}, trips  # the 2nd: nothing built
+        table = frame_rows(output_of(nb, 'history[["outcome", "origin"'))
+        assert {row["origin"] for row in table.values()} == {
+            "pyopencl.elementwise", "pyopencl.reduction", "pyopencl.scan"}
+        assert float(text_of(output_of(nb, "largest error")).split("numpy:")[1]) < 1e-5
+        assert "pyopencl builds its programs its own way again" in text_of(
+            output_of(nb, "%clcache uninstall"))
+        assert text_of(output_of(nb, "%clcache uninstall")).endswith("hook installed: False\n")
+    stats = text_of(output_of(second, 'clmagic.stats(origin="pyopencl")'))
+    assert " 0 misses" in stats and "hit rate 100%" in stats, stats
 
 
 @pytest.fixture(autouse=True)
