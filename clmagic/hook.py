@@ -94,11 +94,7 @@ def _hooked(original: Callable[..., Any]) -> Callable[..., Any]:
     def build(self: cl.Program, options: Any = None, devices: Any = None,
               cache_dir: Any = None) -> cl.Program:
         getter = _compiler_of
-        if getter is None or self._prg is not None or getattr(_local, "busy", False):
-            return original(self, options, devices, cache_dir)
-        if cache_dir is None:
-            cache_dir = getattr(self._context, "cache_dir", None)
-        if cache_dir is False or cl._PYOPENCL_NO_CACHE:
+        if getter is None or getattr(_local, "busy", False) or not _from_source(self, cache_dir):
             return original(self, options, devices, cache_dir)
         _local.busy = True
         try:
@@ -123,6 +119,19 @@ def _hooked(original: Callable[..., Any]) -> Callable[..., Any]:
 
     build.__clmagic_hook__ = True  # type: ignore[attr-defined]
     return build
+
+
+def _from_source(prg: cl.Program, cache_dir: Any) -> bool:
+    """A program made from source, not built yet, whose caller did not turn caching off (with
+    pyopencl's private attributes as this pyopencl has them; any other: not ours to build)."""
+    try:
+        if prg._prg is not None or not hasattr(prg, "_source"):
+            return False
+        if cache_dir is None:
+            cache_dir = getattr(prg._context, "cache_dir", None)
+    except AttributeError:
+        return False
+    return cache_dir is not False and not getattr(cl, "_PYOPENCL_NO_CACHE", False)
 
 
 def _through_cache(prg: cl.Program, options: Any, devices: Any, compiler: Compiler,
