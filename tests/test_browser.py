@@ -63,7 +63,9 @@ def lab(tmp_path, pocl):
          "--port-retries=0", f"--ServerApp.root_dir={root}", "--IdentityProvider.token=",
          "--ServerApp.password=", "--LabApp.expose_app_in_browser=True", "--allow-root",
          "--LabApp.extension_manager=readonly",
-         "--LabApp.news_url=", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"],
+         "--LabApp.news_url=", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+         # no language-server scan: it runs `npm prefix -g`, which logs into $HOME/.npm
+         "--LanguageServerManager.autodetect=False"],
         env=env, stdout=log, stderr=subprocess.STDOUT, cwd=root)
     url = f"http://127.0.0.1:{port}"
     try:
