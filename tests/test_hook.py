@@ -371,3 +371,47 @@ def test_the_widget_filters_by_origin(hooked, pocl):
     panel.clear_all_button.click()  # confirmed: clears what the table shows, not the cell's
     assert panel.last_error is None and panel.rows == []
     assert [entry_origin(e) for e in hooked.store.entries()] == ["cell"]
+
+
+def _more_of_pyopencl(ctx: cl.Context, queue: cl.CommandQueue) -> dict[str, bool]:
+    """pyopencl facilities beyond the workload's, each checked against numpy."""
+    import pyopencl.array as cla
+    from pyopencl.algorithm import copy_if
+    from pyopencl.bitonic_sort import BitonicSort
+    from pyopencl.clrandom import PhiloxGenerator
+    from pyopencl.scan import InclusiveScanKernel
+
+    x = np.random.default_rng(1).random(1024).astype(np.float32)
+    a = cla.to_device(queue, x)
+    big, count, _ = copy_if(a, "ary[i] > 0.5f")
+    n = int(count.get())
+    srt, _ = BitonicSort(ctx)(a.copy(), axis=0)
+    rnd = PhiloxGenerator(ctx, seed=3).uniform(queue, 4096, np.float32).get()
+    scan = InclusiveScanKernel(ctx, np.int32, "max(a, b)", neutral="INT_MIN")
+    ints = (np.arange(256) * 7919 % 101).astype(np.int32)
+    return {
+        "copy_if": bool(np.array_equal(np.sort(big.get()[:n]), np.sort(x[x > 0.5]))),
+        "bitonic_sort": bool(np.array_equal(srt.get(), np.sort(x))),
+        "philox": bool(rnd.min() >= 0 and rnd.max() < 1 and abs(rnd.mean() - 0.5) < 0.05),
+        "scan_max": bool(np.array_equal(scan(cla.to_device(queue, ints)).get(),
+                                        np.maximum.accumulate(ints))),
+        "where": bool(np.array_equal(cla.if_positive(a - 0.5, a, -a).get(),
+                                     np.where(x - 0.5 > 0, x, -x))),
+    }
+
+
+@pytest.mark.slow  # a dozen cold POCL builds
+def test_more_of_pyopencl_misses_then_hits_with_the_same_results(settings, pocl):
+    for expected in (Outcome.MISS, Outcome.HIT):
+        compiler = clmagic.Compiler(settings)  # and a new context: pyopencl memoizes per context
+        ctx, queue, _ = _context(pocl)
+        hook.install(compiler)
+        try:
+            checks = _more_of_pyopencl(ctx, queue)
+        finally:
+            hook.uninstall()
+        assert all(checks.values()), checks
+        records = compiler.history.records
+        assert {r.outcome for r in records} <= {expected, Outcome.MEMORY}, records
+        assert {"pyopencl.bitonic_sort", "pyopencl.clrandom", "pyopencl.scan",  # copy_if: a scan
+                "pyopencl.elementwise"} <= {r.origin for r in records}
