@@ -68,7 +68,7 @@ def main() -> None:
               f"in {time.perf_counter() - t:.1f} s ({store.location})")
         listed = list(store.entries())
         assert len(listed) == args.n, len(listed)
-        assert sum(1 for e in listed if e.meta.get("hits")) == len(range(0, args.n, 3))
+        assert sum(1 for e in listed if e.usage.hits) == len(range(0, args.n, 3))
         best, median = best_of(lambda: list(store.entries()), args.repeat)
         print(f"store.entries(): {args.n} entries in {best * 1000:.0f} ms "
               f"(best of {args.repeat}; median {median * 1000:.0f} ms) "

@@ -9,15 +9,15 @@ Library use, no IPython needed::
 
 from __future__ import annotations
 
+from ._session import get_compiler, reset
+from ._version import __version__
 from .compiler import BuildResult, Compiler
 from .config import Settings
 from .devices import DeviceInfo, list_devices, resolve_device
-from .entry import Entry
+from .entry import Entry, EntryMeta, Usage
 from .errors import BuildError, ClmagicError, CorruptEntry, DeviceError, OptionsError
 from .records import Outcome, Stats
 from .store import DirectoryStore, Store, open_store
-
-__version__ = "0.1.0"
 
 __all__ = [
     "build",
@@ -32,6 +32,8 @@ __all__ = [
     "list_devices",
     "resolve_device",
     "Entry",
+    "EntryMeta",
+    "Usage",
     "Outcome",
     "cache_frame",
     "history_frame",
@@ -61,8 +63,6 @@ __all__ = [
     "load_ipython_extension",
     "unload_ipython_extension",
 ]
-
-_compiler: Compiler | None = None
 
 # Names loaded on first use only, so ``import clmagic`` and ``%load_ext clmagic`` stay light:
 # their modules import pandas, matplotlib, ipywidgets or sqlite3, or are not on the build path.
@@ -98,21 +98,6 @@ def __getattr__(name: str):
 
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_LAZY))
-
-
-def get_compiler() -> Compiler:
-    """The process-wide compiler (settings read from the environment on first use)."""
-    global _compiler
-    if _compiler is None:
-        _compiler = Compiler()
-    return _compiler
-
-
-def reset(settings: Settings | None = None) -> Compiler:
-    """Start over: a new process-wide compiler, e.g. after changing ``CLMAGIC_*`` variables."""
-    global _compiler
-    _compiler = Compiler(settings)
-    return _compiler
 
 
 def build(source: str, options: str | list[str] | None = None, device: object = None,

@@ -19,12 +19,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ._version import __version__
 from .entry import FORMAT_VERSION, MAX_BINARY, MAX_META, Entry
 from .errors import ClmagicError, CorruptEntry
-from .store import LayeredStore, SQLiteStore, Store
-from .store._common import valid_name, verified
-from .store.sqlite import SCHEMA_VERSION, SQL_READ, row_meta
-from .store.sqlite_sql import TEXT_BYTES
+from .store.base import Store, valid_name
+from .store.layered import LayeredStore
+from .store.sqlite import SCHEMA_VERSION, SQLiteStore
 
 __all__ = ["export_bundle", "import_bundle", "BundleReport", "ImportReport", "MAX_BUNDLE_BYTES"]
 
@@ -99,7 +99,7 @@ class ImportReport:
 
 def _store(store: Store | None) -> Store:
     if store is None:
-        from . import get_compiler
+        from ._session import get_compiler
 
         store = get_compiler().store
     if store is None:
@@ -151,9 +151,8 @@ def _export(path, device, kernels, store, overwrite) -> BundleReport:
             batch.append(entry)
             size += len(entry.binary or b"")
             d = devices.setdefault(entry.fingerprint, {
-                "fingerprint": entry.fingerprint, "device": entry.meta.get("device", "?"),
-                "platform": entry.meta.get("platform", "?"),
-                "driver": entry.meta.get("driver", "?"), "entries": 0})
+                "fingerprint": entry.fingerprint, "device": entry.meta.device,
+                "platform": entry.meta.platform, "driver": entry.meta.driver, "entries": 0})
             d["entries"] += 1
             if len(batch) >= _BATCH:
                 count += bundle.put_many(batch)
@@ -161,16 +160,9 @@ def _export(path, device, kernels, store, overwrite) -> BundleReport:
         count += bundle.put_many(batch)
         if not bundle.writable:
             raise ClmagicError(f"cannot write {target}: {bundle.reason}")
-        from . import __version__
-
-        manifest = {"clmagic": __version__, "created": time.time(), "format": FORMAT_VERSION,
-                    "schema": SCHEMA_VERSION, "entries": count, "devices": list(devices.values())}
-        conn = bundle._connection()
-        conn.execute("DELETE FROM usage")  # this machine's use counts are not shipped
-        conn.execute("CREATE TABLE manifest (name TEXT PRIMARY KEY, value TEXT NOT NULL)")
-        conn.executemany("INSERT INTO manifest VALUES (?, ?)",
-                         [(k, json.dumps(v)) for k, v in manifest.items()])
-        conn.execute("PRAGMA journal_mode = DELETE")  # one self-contained file
+        bundle.seal({"clmagic": __version__, "created": time.time(), "format": FORMAT_VERSION,
+                     "schema": SCHEMA_VERSION, "entries": count,
+                     "devices": list(devices.values())})
         bundle.close()
         os.replace(tmp, target)
     finally:
@@ -180,7 +172,7 @@ def _export(path, device, kernels, store, overwrite) -> BundleReport:
     return BundleReport(str(target), count, size, list(devices.values()), failed)
 
 
-def _open_untrusted(path: Path) -> sqlite3.Connection:
+def _open_untrusted(path: Path) -> SQLiteStore:
     try:
         size = path.stat().st_size
         with open(path, "rb") as fh:
@@ -191,22 +183,24 @@ def _open_untrusted(path: Path) -> sqlite3.Connection:
         raise ClmagicError(f"bundle {path} is {size:,} bytes, over the {MAX_BUNDLE_BYTES:,} limit")
     if head != _SQLITE_MAGIC:
         raise ClmagicError(f"{path} is not a clmagic bundle (not an SQLite file)")
-    conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro&immutable=1", uri=True)
-    conn.execute("PRAGMA trusted_schema = OFF")
-    conn.execute("PRAGMA query_only = ON")
+    bundle = None
     try:
-        kinds = dict(conn.execute("SELECT name, type FROM sqlite_master"))
+        bundle = SQLiteStore.untrusted(path)
+        kinds = bundle.tables()
         if any(kinds.get(t) != "table" for t in ("entries", "manifest", "clmagic_schema")):
             raise ClmagicError(f"{path} is not a clmagic bundle (tables missing)")
-        version = conn.execute("SELECT max(version) FROM clmagic_schema").fetchone()[0]
-    except sqlite3.Error as exc:
-        conn.close()
+        version = bundle.schema()
+    except (sqlite3.Error, ClmagicError) as exc:
+        if bundle is not None:
+            bundle.close()
+        if isinstance(exc, ClmagicError):
+            raise
         raise ClmagicError(f"{path} is not a readable clmagic bundle ({exc})") from None
     if version != SCHEMA_VERSION:
-        conn.close()
+        bundle.close()
         raise ClmagicError(f"bundle {path} has schema {version}; this clmagic reads "
                            f"{SCHEMA_VERSION}")
-    return conn
+    return bundle
 
 
 def import_bundle(path: str | os.PathLike[str], *, store: Store | None = None) -> ImportReport:
@@ -218,29 +212,25 @@ def import_bundle(path: str | os.PathLike[str], *, store: Store | None = None) -
     if not target.writable:
         raise ClmagicError(f"the cache at {target.location} is read-only ({target.reason})")
     bundle = Path(path)
-    conn = _open_untrusted(bundle)
+    source = _open_untrusted(bundle)
     report = ImportReport(str(bundle))
     try:
-        for name, value in conn.execute("SELECT name, value FROM manifest LIMIT 100"):
+        for name, value in source.manifest(limit=100):
             if isinstance(value, str) and len(value) <= MAX_META:
                 try:
                     report.manifest[str(name)] = json.loads(value)
                 except (ValueError, RecursionError):
                     pass
-        rows = conn.execute(
-            f"SELECT fingerprint, key, length(binary), {TEXT_BYTES} "
-            f"FROM entries WHERE format = ? LIMIT {MAX_ENTRIES + 1}",
-            (FORMAT_VERSION,)).fetchall()
-        _import_rows(conn, rows, target, report)
+        _import_rows(source, source.sizes(limit=MAX_ENTRIES + 1), target, report)
     except sqlite3.Error as exc:
         report.failed += 1
         report.reasons.append(f"the bundle is damaged ({exc})")
     finally:
-        conn.close()
+        source.close()
     return report
 
 
-def _import_rows(conn: sqlite3.Connection, rows: list[tuple[Any, ...]], target: Store,
+def _import_rows(source: SQLiteStore, rows: list[tuple[Any, ...]], target: Store,
                  report: ImportReport) -> None:
     if len(rows) > MAX_ENTRIES:
         raise ClmagicError(f"bundle holds over {MAX_ENTRIES:,} entries; not importing it")
@@ -266,12 +256,12 @@ def _import_rows(conn: sqlite3.Connection, rows: list[tuple[Any, ...]], target: 
                 bin_len > MAX_BINARY or meta_len > MAX_META):
             fail(f"{key[:12]}: over the size limits")
             continue
-        row = conn.execute(SQL_READ, (FORMAT_VERSION, fp, key)).fetchone()
         try:
-            meta = row_meta(row)
-            entry = verified(key, fp, meta, row[-1])
-        except (ValueError, TypeError, CorruptEntry) as exc:
+            entry = source.read(fp, key)
+        except CorruptEntry as exc:
             fail(f"{key[:12]}: {exc}")
+            continue
+        if entry is None:
             continue
         try:
             present = target.get(fp, key) is not None
@@ -282,7 +272,7 @@ def _import_rows(conn: sqlite3.Connection, rows: list[tuple[Any, ...]], target: 
             continue
         if fp not in here:
             missing[fp] += 1
-            names[fp] = f"{entry.meta['device']} · {entry.meta['platform']}"
+            names[fp] = f"{entry.meta.device} · {entry.meta.platform}"
         batch.append(entry)
         if len(batch) >= _BATCH:
             _flush(target, batch, report)

@@ -127,7 +127,7 @@ def _run(args: argparse.Namespace) -> int:
     cache; its exit status is the command's."""
     import runpy
 
-    from . import get_compiler  # the process's compiler: the script's clmagic calls see it
+    from ._session import get_compiler  # the process's: the script's clmagic calls see it
     from .hook import install
 
     from .errors import ClmagicError

@@ -428,7 +428,7 @@ class Compiler:
             prg._build(options=opts.effective.encode(), devices=devs)
         except cl.Error as exc:
             raise CorruptEntry(f"the driver refused the stored binary: {exc}") from None
-        log = entries[0].meta.get("build_log", "")
+        log = entries[0].meta.build_log
         return _loaded(ctx, prg, entries[0].build_ms, log, kernels)
 
 
@@ -480,7 +480,7 @@ def _loaded(ctx, prg, build_ms: float, log: str, kernels: bool = True) -> _Loade
 
 
 def _served_from(entry: Entry, store: Store | None) -> str:
-    return f"from {entry.meta.get('store', store.kind if store else '')} cache"
+    return f"from {entry.usage.store or (store.kind if store else '')} cache"
 
 
 def _log_of(prg, dev) -> str:

@@ -8,10 +8,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 __all__ = ["Settings", "default_cache_dir", "warn", "warn_once", "reset_warnings",
-           "REDIS_SCHEMES"]
+           "REDIS_SCHEMES", "SQLITE_SUFFIXES"]
 
 #: URL schemes that select the Redis store
 REDIS_SCHEMES = ("redis://", "rediss://")
+#: file name endings that select the SQLite store
+SQLITE_SUFFIXES = (".db", ".sqlite", ".sqlite3")
 
 _OFF = {"0", "off", "none", "disable", "disabled", "false", "no"}
 _DEFAULT = {"", "1", "default", "on", "true", "yes"}

@@ -1,6 +1,7 @@
-"""One cache entry: metadata and program binary, and its self-describing byte format.
+"""One cache entry: what was built (:class:`EntryMeta`), how it has been used (:class:`Usage`)
+and the program binary, and the self-describing byte format every backend checks it with.
 
-Layout (little-endian)::
+Layout of an entry file (little-endian)::
 
     0   8  magic b"CLMAGIC\\n"
     8   4  u32 format version
@@ -8,27 +9,31 @@ Layout (little-endian)::
     16  4  u32 CRC-32 of the metadata
     20  4  u32 reserved (0)
     24  8  u64 binary length
-    32  .  metadata: UTF-8 JSON object
+    32  .  metadata: UTF-8 JSON object (the fields of EntryMeta)
     .   .  binary
     .  32  SHA-256 of the binary
 
-Nothing is unpickled or evaluated; the metadata is parsed strictly and bounded in size.
+Nothing is unpickled or evaluated; metadata is parsed strictly, bounded in size, and checked
+once, when it becomes an :class:`EntryMeta` (however it was stored: entry file, SQLite columns,
+Redis hash). Usage is never stored in the entry: each backend keeps it beside the entry.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
 import struct
 import zlib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import IO, Any
 
 from .errors import CorruptEntry
 
-__all__ = ["Entry", "FORMAT_VERSION", "MAGIC", "encode", "decode", "read_meta", "HEADER",
-           "check_meta", "check_binary"]
+__all__ = ["Entry", "EntryMeta", "Usage", "FORMAT_VERSION", "MAGIC", "encode", "decode",
+           "read_meta", "HEADER", "check_meta", "check_binary", "META_FIELDS", "SQL_FIELDS"]
 
 MAGIC = b"CLMAGIC\n"
 FORMAT_VERSION = 1
@@ -37,66 +42,142 @@ MAX_META = 1 << 20
 MAX_BINARY = 1 << 30
 MAX_LOG = 64 << 10
 
-_REQUIRED: dict[str, type | tuple[type, ...]] = {
-    "key": str,
-    "fingerprint": str,
-    "kernels": list,
-    "options": str,
-    "device": str,
-    "platform": str,
-    "driver": str,
-    "source_bytes": int,
-    "binary_bytes": int,
-    "binary_sha256": str,
-    "build_ms": (int, float),
-    "created": (int, float),
-    "build_log": str,
-}
+
+def _f(*, shown: bool = False, column: bool = False, time: bool = False, omit: bool = False,
+       default: Any = dataclasses.MISSING) -> Any:
+    """A metadata field: ``shown`` in the entries DataFrame, a ``column`` of its own in the
+    SQLite store (the rest goes to its ``extra`` JSON), an epoch ``time``; ``omit``: not
+    written at its default (a field newer than the format, absent from older entries)."""
+    return field(default=default,
+                 metadata={"shown": shown, "column": column, "time": time, "omit": omit})
 
 
-@dataclass
+@dataclass(frozen=True, kw_only=True)
+class EntryMeta:
+    """What an entry says about itself: the one list of stored fields. The JSON keys on disk,
+    the SQLite columns and the Redis hash's ``meta`` are exactly these names. Fields without a
+    default are required; ``other`` keeps fields this clmagic does not know, as written."""
+
+    key: str = _f(shown=True)
+    kernels: tuple[str, ...] = _f(shown=True)
+    options: str = _f(shown=True, column=True)
+    device: str = _f(shown=True, column=True)
+    platform: str = _f(shown=True, column=True)
+    driver: str = _f(shown=True, column=True)
+    source_bytes: int = _f(shown=True, column=True)
+    binary_bytes: int = _f(shown=True, column=True)
+    build_ms: float = _f(shown=True, column=True)
+    created: float = _f(shown=True, column=True, time=True)
+    fingerprint: str = _f(shown=True)
+    #: who asked for the build: ``cell``, or the module that called ``pyopencl.Program.build``
+    origin: str = _f(shown=True, default="cell", omit=True)
+    binary_sha256: str = _f(column=True)
+    build_log: str = _f()
+    device_version: str = _f(default="")
+    platform_version: str = _f(default="")
+    headers: tuple[str, ...] = _f(default=())
+    other: Mapping[str, Any] = field(default_factory=dict, compare=True)
+
+    @classmethod
+    def parse(cls, raw: Any) -> EntryMeta:
+        """Check decoded JSON (or columns gathered into a dict) and type it; raise
+        :class:`CorruptEntry` saying what is wrong."""
+        return check_meta(raw)
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON object stored for this metadata (the same keys as every release wrote)."""
+        out = dict(self.other)
+        for f in META_FIELDS:
+            value = getattr(self, f.name)
+            if f.metadata["omit"] and value == f.default:
+                continue
+            out[f.name] = list(value) if isinstance(value, tuple) else value
+        return out
+
+
+#: the stored fields, in order (``other`` excluded)
+META_FIELDS: tuple[dataclasses.Field[Any], ...] = tuple(
+    f for f in dataclasses.fields(EntryMeta) if f.name != "other")
+#: the fields the SQLite store keeps as columns of their own
+SQL_FIELDS: tuple[str, ...] = tuple(f.name for f in META_FIELDS if f.metadata["column"])
+_NAMES = frozenset(f.name for f in META_FIELDS)
+_KINDS: dict[str, tuple[type, ...]] = {"str": (str,), "int": (int,), "float": (int, float),
+                                       "tuple[str, ...]": (list,)}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Usage:
+    """How a store has seen an entry used; kept beside the entry, never in it.
+
+    ``last_used`` is the last load from the store (``None``: the store cannot tell), ``stored_bytes``
+    what the entry takes in the store, ``store`` which store or layer served it."""
+
+    last_used: float | None = field(default=None, metadata={"time": True})
+    hits: int = 0
+    stored_bytes: int = 0
+    store: str = ""
+
+
+@dataclass(frozen=True)
 class Entry:
-    """A stored program: ``meta`` (JSON-able dict) and ``binary`` (``None`` when only the
+    """A stored program: its metadata, its usage, and its ``binary`` (``None`` when only the
     metadata was read)."""
 
-    key: str
-    fingerprint: str
-    meta: dict[str, Any] = field(default_factory=dict)
+    meta: EntryMeta
+    usage: Usage = Usage()
     binary: bytes | None = None
+
+    @property
+    def key(self) -> str:
+        return self.meta.key
+
+    @property
+    def fingerprint(self) -> str:
+        return self.meta.fingerprint
 
     @property
     def kernels(self) -> list[str]:
         """Kernel names of the program."""
-        return list(self.meta.get("kernels", []))
+        return list(self.meta.kernels)
 
     @property
     def build_ms(self) -> float:
         """How long the original driver build took."""
-        return float(self.meta.get("build_ms", 0.0))
+        return self.meta.build_ms
+
+    @property
+    def last_used(self) -> float:
+        """The one rule for last use: the last load from the store, else the build time."""
+        return self.usage.last_used or self.meta.created
+
+    def with_usage(self, **changes: Any) -> Entry:
+        """This entry with some usage fields changed."""
+        return dataclasses.replace(self, usage=dataclasses.replace(self.usage, **changes))
 
     @classmethod
-    def create(cls, key: str, fingerprint: str, binary: bytes, **meta: Any) -> Entry:
-        """A new entry; fills ``binary_bytes``, ``binary_sha256`` and trims the build log."""
-        meta = dict(meta, key=key, fingerprint=fingerprint)
-        meta["binary_bytes"] = len(binary)
-        meta["binary_sha256"] = hashlib.sha256(binary).hexdigest()
-        meta["build_log"] = str(meta.get("build_log", ""))[:MAX_LOG]
-        return cls(key=key, fingerprint=fingerprint, meta=meta, binary=binary)
+    def create(cls, key: str, fingerprint: str, binary: bytes, **fields: Any) -> Entry:
+        """A new entry; fills ``binary_bytes``, ``binary_sha256`` and trims the build log.
+        Unknown keyword fields are kept in ``meta.other``."""
+        raw = dict(fields, key=key, fingerprint=fingerprint, binary_bytes=len(binary),
+                   binary_sha256=hashlib.sha256(binary).hexdigest())
+        raw["kernels"] = list(raw.get("kernels", ()))
+        raw["headers"] = list(raw.get("headers", ()))
+        raw["build_log"] = str(raw.get("build_log", ""))[:MAX_LOG]
+        return cls(meta=check_meta(raw), binary=bytes(binary))
 
 
 def encode(entry: Entry) -> bytes:
     """The bytes of one entry file."""
     if entry.binary is None:
         raise ValueError("cannot encode an entry without its binary")
-    meta = json.dumps(entry.meta, separators=(",", ":"), sort_keys=True).encode()
+    meta = json.dumps(entry.meta.to_json(), separators=(",", ":"), sort_keys=True).encode()
     header = HEADER.pack(
         MAGIC, FORMAT_VERSION, len(meta), zlib.crc32(meta), 0, len(entry.binary)
     )
-    digest = entry.meta.get("binary_sha256") or hashlib.sha256(entry.binary).hexdigest()
-    return b"".join((header, meta, entry.binary, bytes.fromhex(digest)))
+    return b"".join((header, meta, entry.binary, bytes.fromhex(entry.meta.binary_sha256)))
 
 
-def _parse_header(head: bytes) -> tuple[int, int, int]:
+def _parse_header(head: bytes | memoryview) -> tuple[int, int, int]:
     if len(head) < HEADER.size:
         raise CorruptEntry(f"truncated header ({len(head)} bytes)")
     magic, version, meta_len, meta_crc, _reserved, bin_len = HEADER.unpack_from(head)
@@ -115,31 +196,25 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
-def _parse_meta(raw: bytes, crc: int) -> dict[str, Any]:
-    if zlib.crc32(raw) != crc:
-        raise CorruptEntry("metadata checksum mismatch")
+def parse_json(raw: bytes | str) -> EntryMeta:
+    """Metadata from its JSON text (an entry file's, a Redis hash's ``meta``), checked."""
     try:
-        meta = json.loads(raw.decode("utf-8"), parse_constant=_no_constant)
-    except (UnicodeDecodeError, ValueError) as exc:
+        meta = json.loads(raw, parse_constant=_no_constant)
+    except (UnicodeDecodeError, ValueError, TypeError) as exc:
         raise CorruptEntry(f"metadata is not valid JSON: {exc}") from None
     except RecursionError:
         raise CorruptEntry("metadata is nested too deeply") from None
-    check_meta(meta)
-    return meta
+    return check_meta(meta)
 
 
-def check_meta(meta: Any) -> None:
-    """Check metadata however it was read (entry file, SQLite columns, Redis hash): a dict with
-    every required field of its type, kernel names as strings, no NaN or infinity anywhere, and
-    at most :data:`MAX_META` bytes of content; raise :class:`CorruptEntry` saying what is
-    wrong."""
-    if not isinstance(meta, dict):
-        raise CorruptEntry("metadata is not a JSON object")
-    for name, kind in _REQUIRED.items():
-        if not isinstance(meta.get(name), kind) or isinstance(meta.get(name), bool):
-            raise CorruptEntry(f"metadata field {name!r} missing or of the wrong type")
-    if not all(isinstance(k, str) for k in meta["kernels"]):
-        raise CorruptEntry("metadata field 'kernels' holds a non-string")
+def _parse_meta(raw: bytes, crc: int) -> EntryMeta:
+    if zlib.crc32(raw) != crc:
+        raise CorruptEntry("metadata checksum mismatch")
+    return parse_json(raw)
+
+
+def _bound(meta: dict[str, Any]) -> None:
+    """No NaN or infinity anywhere, and at most :data:`MAX_META` bytes of content."""
     size, todo = 0, [meta]  # a lower bound of the JSON size; iterative, so depth is harmless
     while todo:
         value = todo.pop()
@@ -160,25 +235,58 @@ def check_meta(meta: Any) -> None:
             raise CorruptEntry(f"metadata is over the {MAX_META} byte limit")
 
 
-def check_binary(meta: dict[str, Any], binary: bytes | bytearray | memoryview, key: str | None,
+def check_meta(meta: Any) -> EntryMeta:
+    """Check metadata however it was read (entry file, SQLite columns, Redis hash): a dict with
+    every required field of its type (an optional one, when present, too), names as strings, no
+    NaN or infinity anywhere, at most :data:`MAX_META` bytes of content. Returns it typed;
+    raises :class:`CorruptEntry` saying what is wrong."""
+    if not isinstance(meta, dict):
+        raise CorruptEntry("metadata is not a JSON object")
+    typed: dict[str, Any] = {}
+    for f in META_FIELDS:
+        if f.name not in meta and f.default is not dataclasses.MISSING:
+            continue
+        value = meta.get(f.name)
+        if not isinstance(value, _KINDS[str(f.type)]) or isinstance(value, bool):
+            raise CorruptEntry(f"metadata field {f.name!r} missing or of the wrong type")
+        if isinstance(value, list):
+            if not all(isinstance(k, str) for k in value):
+                raise CorruptEntry(f"metadata field {f.name!r} holds a non-string")
+            value = tuple(value)
+        typed[f.name] = float(value) if f.type == "float" else value
+    _bound(meta)
+    other = {k: v for k, v in meta.items() if k not in _NAMES}
+    return EntryMeta(**typed, other=other)
+
+
+def check_binary(meta: EntryMeta, binary: bytes | bytearray | memoryview, key: str | None,
                  fingerprint: str | None) -> None:
     """Check a binary against checked metadata (SHA-256, length, size bound) and the name it was
     filed under (``key``/``fingerprint`` when given); raise :class:`CorruptEntry`."""
     if len(binary) > MAX_BINARY:
         raise CorruptEntry(f"binary of {len(binary)} bytes is over the {MAX_BINARY} limit")
-    if hashlib.sha256(binary).hexdigest() != meta["binary_sha256"]:
+    if hashlib.sha256(binary).hexdigest() != meta.binary_sha256:
         raise CorruptEntry("binary checksum mismatch")
-    if meta["binary_bytes"] != len(binary):
+    if meta.binary_bytes != len(binary):
         raise CorruptEntry("binary length disagrees with the metadata")
-    if key is not None and meta["key"] != key:
+    if key is not None and meta.key != key:
         raise CorruptEntry("entry is filed under another key")
-    if fingerprint is not None and meta["fingerprint"] != fingerprint:
+    if fingerprint is not None and meta.fingerprint != fingerprint:
         raise CorruptEntry("entry is filed under another device")
 
 
-def decode(
-    data: bytes | bytearray, key: str | None = None, fingerprint: str | None = None
-) -> Entry:
+def verified(meta: EntryMeta, binary: Any, key: str | None, fingerprint: str | None,
+             usage: Usage = Usage()) -> Entry:
+    """The entry of checked metadata and a stored binary, after the binary's checks (see
+    :func:`check_binary`); raises :class:`CorruptEntry`."""
+    if not isinstance(binary, bytes | bytearray | memoryview):
+        raise CorruptEntry("binary missing")
+    check_binary(meta, binary, key, fingerprint)
+    return Entry(meta, usage, bytes(binary))
+
+
+def decode(data: bytes | bytearray, key: str | None = None, fingerprint: str | None = None,
+           usage: Usage = Usage()) -> Entry:
     """Parse and verify one entry file; raise :class:`CorruptEntry` saying what is wrong.
 
     ``key``/``fingerprint``, when given, must match the stored ones (an entry filed under the
@@ -191,18 +299,15 @@ def decode(
         raise CorruptEntry(f"size {len(data)} bytes, header says {expected}")
     meta = _parse_meta(bytes(view[HEADER.size : HEADER.size + meta_len]), meta_crc)
     start = HEADER.size + meta_len
-    if bytes(view[start + bin_len :]).hex() != meta["binary_sha256"]:
+    if bytes(view[start + bin_len :]).hex() != meta.binary_sha256:
         raise CorruptEntry("binary checksum mismatch")
-    check_binary(meta, view[start : start + bin_len], key, fingerprint)
-    binary = bytes(view[start : start + bin_len])
-    return Entry(key=meta["key"], fingerprint=meta["fingerprint"], meta=meta, binary=binary)
+    return verified(meta, view[start : start + bin_len], key, fingerprint, usage)
 
 
-def read_meta(fh: IO[bytes]) -> Entry:
+def read_meta(fh: IO[bytes]) -> EntryMeta:
     """Read only the header and metadata of an entry file (no binary): for fast listing."""
     meta_len, meta_crc, _bin_len = _parse_header(fh.read(HEADER.size))
     raw = fh.read(meta_len)
     if len(raw) != meta_len:
         raise CorruptEntry("truncated metadata")
-    meta = _parse_meta(raw, meta_crc)
-    return Entry(key=meta["key"], fingerprint=meta["fingerprint"], meta=meta)
+    return _parse_meta(raw, meta_crc)

@@ -5,9 +5,11 @@ pandas is imported here only, when a frame is asked for.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import dataclasses
+from typing import TYPE_CHECKING, Any
 
-from .manage import _compiler, device_fingerprints, entry_origin, last_used
+from .entry import META_FIELDS, Usage
+from .manage import _compiler, device_fingerprints, entry_origin
 from .records import from_origin
 
 if TYPE_CHECKING:
@@ -18,14 +20,17 @@ if TYPE_CHECKING:
 
 __all__ = ["cache_frame", "history_frame", "CACHE_COLUMNS", "HISTORY_COLUMNS"]
 
+_DTYPES = {"str": "string", "int": "Int64", "float": "float64", "tuple[str, ...]": "string",
+           "float | None": "float64"}
+_TIME = "datetime64[ns, UTC]"
+#: the columns of :func:`cache_frame`: the entry's fields marked ``shown``, then its usage
+_USAGE = frozenset(f.name for f in dataclasses.fields(Usage))
+_FIELDS = [f for f in META_FIELDS if f.metadata["shown"]] + list(dataclasses.fields(Usage))
+
 #: column → dtype of :func:`cache_frame`
 CACHE_COLUMNS: dict[str, str] = {
-    "key": "string", "kernels": "string", "options": "string", "device": "string",
-    "platform": "string", "driver": "string", "source_bytes": "Int64", "binary_bytes": "Int64",
-    "build_ms": "float64", "created": "datetime64[ns, UTC]", "last_used": "datetime64[ns, UTC]",
-    "hits": "Int64", "stored_bytes": "Int64", "fingerprint": "string", "store": "string",
-    "origin": "string",
-}
+    f.name: _TIME if f.metadata.get("time") else _DTYPES[str(f.type)]
+    for f in _FIELDS}
 
 #: column → dtype of :func:`history_frame`
 HISTORY_COLUMNS: dict[str, str] = {
@@ -56,11 +61,12 @@ def cache_frame(device: object = None, *, compiler: Compiler | None = None,
 
     Columns (dtypes in :data:`CACHE_COLUMNS`): ``key`` (full hex), ``kernels`` (comma-separated),
     ``options`` (what the driver received), ``device``, ``platform``, ``driver``,
-    ``source_bytes``, ``binary_bytes``, ``build_ms``, ``created`` and ``last_used`` (UTC
-    datetimes; last use is the last store hit, else the build), ``hits`` (loads from the store),
-    ``stored_bytes``, ``fingerprint``, ``store`` (backend and location) and ``origin`` (``cell``
-    or the module whose build made the entry). ``device`` filters by index spec, name substring
-    or fingerprint, ``origin`` by origin (a package takes its modules). Binaries are not read.
+    ``source_bytes``, ``binary_bytes``, ``build_ms``, ``created`` (UTC), ``fingerprint``,
+    ``last_used`` (UTC; the last store hit, else the build), ``hits`` (loads from the store),
+    ``stored_bytes`` and ``store`` (the backend or layers holding it, and the store's location),
+    and ``origin`` after ``fingerprint`` (``cell`` or the module whose build made the entry).
+    ``device`` filters by index spec, name substring or fingerprint, ``origin`` by origin (a
+    package takes its modules). Binaries are not read.
     """
     if store is None:
         store = _compiler(compiler).store
@@ -70,20 +76,16 @@ def cache_frame(device: object = None, *, compiler: Compiler | None = None,
         entries = [e for e in entries if e.fingerprint in fps]
     if origin is not None:
         entries = [e for e in entries if from_origin(entry_origin(e), origin)]
-    where = f"{store.kind}:{store.location}" if store is not None else ""
-    cols: dict[str, list] = {name: [] for name in CACHE_COLUMNS}
+    cols: dict[str, list[Any]] = {name: [] for name in CACHE_COLUMNS}
     for e in entries:
-        m = e.meta
-        row = {
-            "key": e.key, "kernels": ", ".join(e.kernels), "options": m.get("options", ""),
-            "device": m.get("device"), "platform": m.get("platform"), "driver": m.get("driver"),
-            "source_bytes": m.get("source_bytes"), "binary_bytes": m.get("binary_bytes"),
-            "build_ms": float(m.get("build_ms", float("nan"))), "created": m.get("created"),
-            "last_used": last_used(e), "hits": m.get("hits"),
-            "stored_bytes": m.get("stored_bytes"), "fingerprint": e.fingerprint,
-            "store": m.get("store", where), "origin": entry_origin(e),
-        }
-        for name, value in row.items():
+        for name in CACHE_COLUMNS:
+            value = getattr(e.usage if name in _USAGE else e.meta, name)
+            if name == "last_used":
+                value = e.last_used  # the one rule: last load, else the build
+            elif name == "store":
+                value = f"{value}:{store.location}" if store is not None else value
+            elif isinstance(value, tuple):
+                value = ", ".join(value)
             cols[name].append(value)
     df = _frame(cols, CACHE_COLUMNS)
     return df.sort_values("last_used", ascending=False, kind="stable", ignore_index=True)

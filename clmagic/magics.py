@@ -71,7 +71,7 @@ class CLMagics(Magics):
     def compiler(self) -> Compiler:
         """The compiler behind the magics (the process-wide one unless given)."""
         if self._compiler is None:
-            from . import get_compiler
+            from ._session import get_compiler
 
             self._compiler = get_compiler()
         return self._compiler

@@ -22,7 +22,7 @@ from .report import fmt_bytes
 if TYPE_CHECKING:
     from .compiler import Compiler
     from .devices import DeviceInfo
-    from .entry import Entry
+    from .entry import Entry, EntryMeta
     from .store import Store
 
 __all__ = ["parse_age", "device_fingerprints", "select_entries", "remove_entries", "clear_cache",
@@ -36,7 +36,7 @@ _HEX = re.compile(r"^[0-9a-f]{1,64}$")
 def _compiler(compiler: Compiler | None) -> Compiler:
     if compiler is not None:
         return compiler
-    from . import get_compiler
+    from ._session import get_compiler
 
     return get_compiler()
 
@@ -50,9 +50,9 @@ def parse_age(text: str) -> float:
     return float(m[1]) * _UNIT[m[2].lower()]
 
 
-def entry_label(meta: dict) -> str:
+def entry_label(meta: EntryMeta) -> str:
     """``platform · device`` of a stored entry."""
-    return f"{meta.get('platform', '?')} · {meta.get('device', '?')}"
+    return f"{meta.platform} · {meta.device}"
 
 
 def device_fingerprints(spec: object, entries: Iterable[Entry] = ()) -> set[str]:
@@ -95,7 +95,7 @@ def select_entries(store: Store, device: object = None, older_than: str | float 
         entries = [e for e in entries if e.fingerprint in fps]
     if age is not None:
         cutoff = (time.time() if now is None else now) - age
-        entries = [e for e in entries if last_used(e) < cutoff]
+        entries = [e for e in entries if e.last_used < cutoff]
     if prefixes:
         entries = [e for e in entries if e.key.startswith(tuple(prefixes))]
     if origin is not None:
@@ -107,13 +107,7 @@ def entry_origin(e: Entry) -> str:
     """Who asked for the build that made an entry: ``cell``, or the module that called
     ``pyopencl.Program.build`` under :func:`clmagic.install` (entries from before origins were
     kept are cells')."""
-    origin = e.meta.get("origin")
-    return origin if isinstance(origin, str) and origin else "cell"
-
-
-def last_used(e: Entry) -> float:
-    """When an entry was last loaded from the store, else when it was built (epoch seconds)."""
-    return float(e.meta.get("last_used") or e.meta.get("created") or 0.0)
+    return e.meta.origin or "cell"
 
 
 @dataclass
@@ -146,7 +140,7 @@ def remove_entries(entries: Iterable[Entry], compiler: Compiler | None = None) -
         c.forget(e.fingerprint, e.key)
         if c.store.delete(e.fingerprint, e.key):
             out.entries += 1
-            out.bytes += int(e.meta.get("stored_bytes") or e.meta.get("binary_bytes") or 0)
+            out.bytes += e.usage.stored_bytes
             out.keys.append(e.key)
     return out
 
@@ -182,8 +176,8 @@ def usage(store: Store | None) -> list[DeviceUsage]:
     for e in store.entries() if store is not None else ():
         d = per.setdefault(e.fingerprint, DeviceUsage(e.fingerprint, entry_label(e.meta)))
         d.entries += 1
-        d.bytes += int(e.meta.get("stored_bytes") or 0)
-        d.hits += int(e.meta.get("hits") or 0)
+        d.bytes += e.usage.stored_bytes
+        d.hits += e.usage.hits
     return sorted(per.values(), key=lambda d: d.label)
 
 

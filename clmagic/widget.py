@@ -16,7 +16,7 @@ import ipywidgets as w
 
 from . import devices as _devices
 from .errors import DeviceError
-from .manage import _compiler, clear_cache, entry_origin, last_used, remove_entries
+from .manage import _compiler, clear_cache, entry_origin, remove_entries
 from .records import Stats, from_origin
 from .report import fmt_bytes, fmt_duration
 
@@ -34,10 +34,10 @@ _STYLE = ("<style>.clmagic-table select{font-family:monospace;font-size:12px}"
 def _row(e: Entry) -> str:
     m = e.meta
     kernels = ", ".join(e.kernels) or "(none)"
-    opts = m.get("options") or "-"
-    used = time.strftime("%Y-%m-%d %H:%M", time.localtime(last_used(e)))
-    return (f"{kernels[:28]:<28} {opts[:22]:<22} {fmt_bytes(m.get('binary_bytes', 0)):>9} "
-            f"{m.get('build_ms', 0):>7.1f} ms {m.get('hits', 0):>5}  {used}")
+    opts = m.options or "-"
+    used = time.strftime("%Y-%m-%d %H:%M", time.localtime(e.last_used))
+    return (f"{kernels[:28]:<28} {opts[:22]:<22} {fmt_bytes(m.binary_bytes):>9} "
+            f"{m.build_ms:>7.1f} ms {e.usage.hits:>5}  {used}")
 
 
 def _device_label(info: _devices.DeviceInfo) -> str:
@@ -143,7 +143,7 @@ class CacheWidget(w.VBox):
         self._show_origins({entry_origin(e) for e in entries} | {r.origin for r in records})
         wanted = self.origin.value or None
         entries = [e for e in entries if from_origin(entry_origin(e), wanted)]
-        entries.sort(key=last_used, reverse=True)
+        entries.sort(key=lambda e: e.last_used, reverse=True)
         self._entries = {e.key: e for e in entries}
         keep = [k for k in self.table.value if k in self._entries]
         self.table.options = [(_row(e), e.key) for e in entries]
@@ -151,7 +151,7 @@ class CacheWidget(w.VBox):
         # the session (no second store listing), of the chosen origin
         s = Stats.of([r for r in records if from_origin(r.origin, wanted)])
         rate = "n/a" if s.hit_rate is None else f"{s.hit_rate:.0%}"
-        size = sum(int(e.meta.get("stored_bytes") or 0) for e in entries)
+        size = sum(e.usage.stored_bytes for e in entries)
         where = store.location if store is not None else "memory only (nothing stored)"
         self.status.value = (
             f"<b>{len(entries)}</b> entries · <b>{size / 1e6:.2f} MB</b> · hit rate <b>{rate}</b>"

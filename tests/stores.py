@@ -34,7 +34,7 @@ from pathlib import Path
 
 import pytest
 
-from clmagic.entry import Entry, decode, encode
+from clmagic.entry import Entry, decode, encode, parse_json
 from clmagic.errors import CorruptEntry
 from clmagic.store import DirectoryStore, LayeredStore, Store, open_store
 
@@ -212,20 +212,20 @@ class SQLiteFactory(StoreFactory):
         return self.reopen(location), location
 
     def raw(self, store: Store, fp: str, key: str) -> bytes | None:
-        from clmagic.store.sqlite import SQL_GET, row_meta
+        from clmagic.store.sqlite_sql import SQL_GET, row_meta
 
         with sqlite3.connect(store.location) as db:
             row = db.execute(SQL_GET, (1, fp, key)).fetchone()
         db.close()
         if row is None:
             return None
-        return encode(Entry(key, fp, row_meta(row), row[-1]))
+        return encode(Entry(row_meta(row), binary=row[-1]))
 
     def write_raw(self, store: Store, fp: str, key: str, data: bytes) -> None:
         entry = _parse_or_damage(data)
         with sqlite3.connect(store.location) as db:
             if entry is not None:
-                from clmagic.store.sqlite import SQL_PUT, entry_row
+                from clmagic.store.sqlite_sql import SQL_PUT, entry_row
 
                 db.execute(SQL_PUT, entry_row(entry))
             else:
@@ -253,7 +253,7 @@ class RedisFactory(StoreFactory):
         meta, binary = self.server.client.hmget(self._name(fp, key), "meta", "binary")
         if meta is None:
             return None
-        return encode(Entry(key, fp, json.loads(meta), binary))
+        return encode(Entry(parse_json(meta), binary=binary))
 
     def write_raw(self, store: Store, fp: str, key: str, data: bytes) -> None:
         entry = _parse_or_damage(data)

@@ -109,7 +109,7 @@ def test_remote_shares_builds_between_machines(tmp_path, pocl, redis_server):
     # the remote hit was copied into b's local store: b alone now hits, without the remote
     alone = last_json(run_child(CHILD, SRC=SAXPY, DEV=pocl, CLMAGIC_CACHE_DIR=str(tmp_path / "b")))
     assert alone["outcome"] == "HIT" and "from directory" in alone["note"] and alone["correct"]
-    listed = {e.key: e.meta["store"] for e in
+    listed = {e.key: e.usage.store for e in
               LayeredStore(open_store(str(tmp_path / "b")), open_store(redis_server.url)).entries()}
     assert listed == {a["key"]: "directory+redis"}
 
@@ -230,7 +230,7 @@ def test_stalled_remote_times_out_and_stays_skipped(tmp_path):
         assert remote.available is False
         store.put(synthetic(2))
         assert server.client.dbsize() == 0  # nothing more was sent after the stall
-        assert {x.meta["store"] for x in store.entries()} == {"directory"}
+        assert {x.usage.store for x in store.entries()} == {"directory"}
     finally:
         server.stop()
 

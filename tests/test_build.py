@@ -139,11 +139,11 @@ def test_entry_file_is_self_describing_and_private(compiler, cache_dir):
     assert data.startswith(MAGIC)
     entry = decode(data, key=r.key, fingerprint=r.device.fingerprint)
     assert entry.kernels == ["saxpy", "scale"]
-    assert entry.meta["options"] == "" and entry.meta["device"] == r.device.device_name
-    assert entry.meta["driver"] == r.device.driver_version
-    assert entry.meta["platform"] == r.device.platform_name
-    assert entry.meta["source_bytes"] == len(SAXPY.encode())
-    assert entry.meta["build_ms"] == pytest.approx(r.build_ms, abs=1e-3)
+    assert entry.meta.options == "" and entry.meta.device == r.device.device_name
+    assert entry.meta.driver == r.device.driver_version
+    assert entry.meta.platform == r.device.platform_name
+    assert entry.meta.source_bytes == len(SAXPY.encode())
+    assert entry.meta.build_ms == pytest.approx(r.build_ms, abs=1e-3)
     assert entry.binary == bytes(r.program.get_info(cl.program_info.BINARIES)[0])
     for folder in (cache_dir, path.parent):
         assert stat.S_IMODE(folder.stat().st_mode) == 0o700

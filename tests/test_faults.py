@@ -201,7 +201,7 @@ def test_a_binary_the_driver_refuses_is_corrupt(store_factory, tmp_path, pocl, o
     settings = _settings(location, oclgrind)
     mine = Compiler(settings, store=store).build(SRC)
     fp, key = mine.device.fingerprint, mine.key
-    meta = {k: v for k, v in store.get(fp, key).meta.items()
+    meta = {k: v for k, v in store.get(fp, key).meta.to_json().items()
             if k not in ("key", "fingerprint", "binary_bytes", "binary_sha256")}
     pocl_binary = store.get(foreign.device.fingerprint, foreign.key).binary
     assert store.put(Entry.create(key, fp, pocl_binary, **meta))

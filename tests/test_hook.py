@@ -186,9 +186,9 @@ def test_pyopencls_include_folder_is_in_the_key(hooked, pocl):
            "{ int i = get_global_id(0); m[i] = cfloat_abs(z[i]); }\n")
     cl.Program(ctx, src).build()
     [entry] = list(hooked.store.entries())
-    headers = entry.meta["headers"]
+    headers = entry.meta.headers
     assert any(h.startswith("<pyopencl-complex.h> @-I") for h in headers), headers
-    assert entry.meta["origin"] == __name__
+    assert entry.meta.origin == __name__
 
 
 def test_sources_clmagic_cannot_key_build_through_pyopencl(hooked, pocl):

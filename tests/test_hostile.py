@@ -74,7 +74,7 @@ def test_temp_files_are_exclusive_and_refuse_planted_symlinks(tmp_path):
     with pytest.raises(FileExistsError):
         os.open(link, flags, 0o600)
     source = (ROOT / "clmagic" / "store" / "directory.py").read_text()
-    assert "os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW" in source
+    assert "os.O_WRONLY | os.O_CREAT | os.O_EXCL | O_NOFOLLOW" in source
     assert target.read_bytes() == b"x"
 
 
@@ -103,7 +103,7 @@ def _entry_bytes(meta: bytes, binary: bytes = b"\x01\x02", version: int = FORMAT
 def _good_meta(**over) -> dict:
     e = Entry.create("a" * 64, "b" * 16, b"\x01\x02", kernels=["k"], options="", device="d",
                      platform="p", driver="1", source_bytes=1, build_ms=1.0, created=1.0)
-    return {**e.meta, **over}
+    return {**e.meta.to_json(), **over}
 
 
 @pytest.mark.parametrize(

@@ -11,9 +11,6 @@ from stores import FP, FP2, synthetic
 
 from clmagic.errors import CorruptEntry
 
-TRACKS_HITS = {"sqlite", "redis"}  # layered: as its local store does
-
-
 def test_put_get_roundtrip_and_absent(store_factory, tmp_path):
     store, _ = store_factory(tmp_path)
     e = synthetic(1)
@@ -21,8 +18,9 @@ def test_put_get_roundtrip_and_absent(store_factory, tmp_path):
     assert store.put(e) is True
     got = store.get(FP, e.key)
     assert got.binary == e.binary and got.key == e.key and got.fingerprint == FP
-    for name, value in e.meta.items():
-        assert got.meta[name] == value, name
+    assert got.meta == e.meta
+    assert got.usage.hits == 0 and got.usage.stored_bytes >= len(e.binary)
+    assert got.usage.store == store_factory.name.replace("layered", "directory")
     assert got.kernels == ["k1", "scale"]
 
 
@@ -56,9 +54,9 @@ def test_entries_are_metadata_only_and_filter_by_device(store_factory, tmp_path)
     for e in [*mine, other]:
         got = listed[e.key]
         assert got.binary is None
-        assert got.meta["binary_sha256"] == e.meta["binary_sha256"]
-        assert got.meta["build_ms"] == e.meta["build_ms"]
-        assert got.meta["stored_bytes"] >= len(e.binary)
+        assert got.meta == e.meta
+        assert got.usage.stored_bytes >= len(e.binary) and got.usage.hits == 0
+        assert got.last_used >= e.meta.created
     assert {e.key for e in store.entries(FP2)} == {other.key}
 
 
@@ -73,9 +71,11 @@ def test_record_hit_counts_without_rewriting_the_binary(store_factory, tmp_path)
     after = next(iter(store.entries()))
     assert store.get(FP, e.key).binary == e.binary
     assert [x.key for x in store.entries()] == [e.key]
-    if store_factory.name in TRACKS_HITS or "hits" in after.meta:
-        assert after.meta["hits"] == before.meta.get("hits", 0) + 2
-        assert after.meta["last_used"] >= (before.meta.get("last_used") or 0)
+    got = store.get(FP, e.key)
+    for seen in (after, got):  # every backend counts, in get and in entries alike
+        assert seen.usage.hits == before.usage.hits + 2
+        assert seen.last_used >= before.last_used
+        assert seen.usage.stored_bytes >= before.usage.stored_bytes
 
 
 def test_clear_one_device_then_all(store_factory, tmp_path):

@@ -5,6 +5,7 @@ checks shared by every backend (``check_meta``/``check_binary``)."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import shutil
 import sqlite3
@@ -51,8 +52,8 @@ def test_sqlite_hit_writes_the_use_count_not_the_entry(tmp_path):
     conn.close()
     (listed,) = store.entries()
     got = store.get(FP, e.key)
-    for meta in (listed.meta, got.meta):
-        assert meta["hits"] == 5 and start <= meta["last_used"] <= time.time()
+    for use in (listed.usage, got.usage):
+        assert use.hits == 5 and start <= use.last_used <= time.time()
     assert got.binary == e.binary
 
 
@@ -73,7 +74,7 @@ def test_sqlite_use_counts_go_with_their_entry(tmp_path):
     assert usage() == {a.key, b.key, c.key}
     assert store.delete(FP, a.key) and usage() == {b.key, c.key}
     store.put(b)  # a replaced entry starts again from no hits
-    assert usage() == {c.key} and store.get(FP, b.key).meta["hits"] == 0
+    assert usage() == {c.key} and store.get(FP, b.key).usage.hits == 0
     assert store.clear()[0] == 2 and usage() == set()
     with sqlite3.connect(store.location) as conn:
         assert conn.execute("SELECT count(*) FROM usage").fetchone() == (0,)
@@ -110,7 +111,7 @@ def test_sqlite_hit_and_save_under_another_writers_lock_keep_saving_on(tmp_path,
         other.close()
     assert store.put(synthetic(2)) and store.put(synthetic(3))
     store.record_hit(FP, e.key)
-    assert store.get(FP, e.key).meta["hits"] == 1
+    assert store.get(FP, e.key).usage.hits == 1
     err = capsys.readouterr().err
     assert err.count("warning") == 1 and "locked by another process" in err
 
@@ -170,11 +171,11 @@ def test_redis_refused_hit_count_keeps_saving_on(redis_server, capsys):
     assert "did not count a hit" in capsys.readouterr().err
     assert store.put(synthetic(2)) and store.put(e)
     store.record_hit(FP, e.key)
-    assert store.get(FP, e.key).meta["hits"] == 1
+    assert store.get(FP, e.key).usage.hits == 1
 
 
 def _meta(**over):
-    return {**synthetic(1).meta, **over}
+    return {**synthetic(1).meta.to_json(), **over}
 
 
 @pytest.mark.parametrize("meta, message", [
@@ -198,7 +199,7 @@ def test_check_binary_checks_hash_length_and_name():
     with pytest.raises(CorruptEntry, match="checksum"):
         check_binary(e.meta, e.binary[:-1] + b"\x00", e.key, FP)
     with pytest.raises(CorruptEntry, match="length"):
-        check_binary({**e.meta, "binary_bytes": 1}, e.binary, e.key, FP)
+        check_binary(dataclasses.replace(e.meta, binary_bytes=1), e.binary, e.key, FP)
     with pytest.raises(CorruptEntry, match="another key"):
         check_binary(e.meta, e.binary, "0" * 64, FP)
     with pytest.raises(CorruptEntry, match="another device"):

@@ -39,9 +39,9 @@ def test_store_hits_are_counted_beside_the_entry_which_is_never_rewritten(compil
     assert (path.read_bytes(), path.stat().st_mtime_ns, path.stat().st_ino) == before
     [entry] = compiler.store.entries()
     assert entry.binary is None
-    assert entry.meta["hits"] == 2
-    assert entry.meta["last_used"] == path.with_suffix(".hits").stat().st_mtime
-    assert entry.meta["stored_bytes"] == path.stat().st_size + 2
+    assert entry.usage.hits == 2
+    assert entry.usage.last_used == path.with_suffix(".hits").stat().st_mtime
+    assert entry.usage.stored_bytes == path.stat().st_size + 2
     assert compiler.store.delete(first.device.fingerprint, first.key)
     assert not path.exists() and not path.with_suffix(".hits").exists()
 
@@ -53,8 +53,8 @@ def test_listing_reads_header_and_metadata_only(compiler, cache_dir):
     meta_len = HEADER.unpack_from(data)[2]
     path.write_bytes(data[: HEADER.size + meta_len + 10])  # binary cut short
     [listed] = compiler.store.entries()
-    assert listed.key == r.key and listed.meta["hits"] == 0
-    assert listed.meta["last_used"] == listed.meta["created"]
+    assert listed.key == r.key and listed.usage.hits == 0
+    assert listed.last_used == listed.meta.created
     with pytest.raises(CorruptEntry):  # the full read still checks everything
         compiler.store.get(r.device.fingerprint, r.key)
     path.write_bytes(data[: HEADER.size + meta_len // 2])  # metadata cut short: not listed

@@ -9,6 +9,7 @@ import importlib
 from typing import TYPE_CHECKING
 
 from ..config import REDIS_SCHEMES
+from ..config import SQLITE_SUFFIXES as SUFFIXES
 from .base import Store
 from .directory import DirectoryStore
 
@@ -21,8 +22,6 @@ if TYPE_CHECKING:
 __all__ = ["Store", "DirectoryStore", "SQLiteStore", "LayeredStore", "RedisStore", "open_store",
            "store_for", "SUFFIXES"]
 
-#: file name endings that select the SQLite store
-SUFFIXES = (".db", ".sqlite", ".sqlite3")
 # backends other than the directory are imported when first used (sqlite3, redis cost start-up)
 _LAZY = {"SQLiteStore": "sqlite", "RedisStore": "redis", "LayeredStore": "layered"}
 

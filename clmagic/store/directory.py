@@ -20,16 +20,15 @@ import io
 import os
 import secrets
 import shutil
-import stat
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from ..config import warn_once
-from ..entry import HEADER, MAX_BINARY, MAX_META, Entry, decode, encode, read_meta
+from ..entry import HEADER, MAX_BINARY, MAX_META, Entry, EntryMeta, Usage, decode, encode, read_meta
 from ..errors import CorruptEntry
-from ._common import is_hex, valid_name
-from .base import Store
+from ._fs import O_NOFOLLOW, check_creatable, hostile, private_folder
+from .base import Store, is_hex
 
 __all__ = ["DirectoryStore"]
 
@@ -40,7 +39,6 @@ STALE_TMP_S = 600.0
 HITS_SUFFIX = ".hits"
 #: no valid entry file is larger
 MAX_FILE = HEADER.size + MAX_META + MAX_BINARY + 32
-_O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _FULL = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
 
 
@@ -54,39 +52,11 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def hostile(path: Path) -> str | None:
-    """Why the folder ``path`` must not be trusted with binaries, or ``None``: world-writable
-    (sticky bit or not), or owned by another user."""
-    st = path.stat()
-    if st.st_mode & stat.S_IWOTH:
-        return f"it is world-writable (mode {stat.S_IMODE(st.st_mode):04o})"
-    uid = os.geteuid() if hasattr(os, "geteuid") else st.st_uid
-    if st.st_uid != uid:
-        return f"it is owned by another user (uid {st.st_uid}, you are {uid})"
-    return None
-
-
-
-
-def _check_creatable(path: Path) -> None:
-    """Raise ``OSError`` unless the missing folder ``path`` can be made: its nearest existing
-    ancestor must be a folder that this user may write into."""
-    parent = path
-    while not parent.exists():
-        if parent.parent == parent:
-            break
-        parent = parent.parent
-    if not parent.is_dir():
-        raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(parent))
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(parent))
-
-
-def _read_entry_meta(path: str) -> tuple[Entry | None, int]:
+def _read_entry_meta(path: str) -> tuple[EntryMeta | None, int]:
     """Header and metadata of one entry file (one read, two for big metadata) and the file's
     size; ``(None, 0)`` when it cannot be read or fails its checks."""
     try:
-        fd = os.open(path, os.O_RDONLY | _O_NOFOLLOW)
+        fd = os.open(path, os.O_RDONLY | O_NOFOLLOW)
     except OSError:
         return None, 0
     try:
@@ -108,9 +78,8 @@ class DirectoryStore(Store):
     kind = "directory"
 
     def __init__(self, root: str | os.PathLike[str]):
+        super().__init__()
         self.root = Path(root)
-        self.writable = True
-        self.reason = ""
         self.trust = False
 
     @classmethod
@@ -127,7 +96,7 @@ class DirectoryStore(Store):
                 why = None if trust else hostile(path)
                 writable = os.access(path, os.W_OK)
             else:
-                _check_creatable(path)
+                check_creatable(path)
                 why, writable = None, True
         except OSError as exc:
             warn_once(
@@ -144,7 +113,7 @@ class DirectoryStore(Store):
         store = cls(path)
         store.trust = trust
         if not writable:
-            store._disable_writes("the folder is not writable")
+            store._read_only("the folder is not writable")
         return store
 
     def _make_root(self) -> None:
@@ -154,29 +123,35 @@ class DirectoryStore(Store):
             if not self.trust and (why := hostile(self.root)):
                 raise PermissionError(errno.EACCES, f"refused: {why}")
             return
-        self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        private_folder(self.root)
 
     @property
     def location(self) -> str:
         return str(self.root)
 
     def _path(self, fingerprint: str, key: str) -> Path:
-        if not valid_name(fingerprint, key):
-            raise ValueError(f"bad fingerprint/key {fingerprint!r}/{key!r}")
+        self._check_name(fingerprint, key)
         return self.root / fingerprint / (key + SUFFIX)
 
-    def _disable_writes(self, why: str) -> None:
-        if self.writable:
-            self.writable = False
-            self.reason = why
-            warn_once(f"cache {self.root} is read-only ({why}): hits are served, nothing is saved")
+    def _read_only(self, why: str) -> None:
+        self._disable_writes(why, f"cache {self.root} is read-only ({why}): hits are served, "
+                                  "nothing is saved")
+
+    def _usage(self, entry_path: Path, created_size: int) -> Usage:
+        """Hits and last use from the ``.hits`` file beside an entry of ``created_size`` bytes."""
+        try:
+            use = os.stat(entry_path.with_suffix(HITS_SUFFIX), follow_symlinks=False)
+        except OSError:
+            return Usage(hits=0, last_used=None, stored_bytes=created_size, store=self.kind)
+        return Usage(hits=use.st_size, last_used=use.st_mtime,
+                     stored_bytes=created_size + use.st_size, store=self.kind)
 
     # -- the contract -------------------------------------------------------------------------
 
     def get(self, fingerprint: str, key: str) -> Entry | None:
         path = self._path(fingerprint, key)
         try:
-            fd = os.open(path, os.O_RDONLY | _O_NOFOLLOW)
+            fd = os.open(path, os.O_RDONLY | O_NOFOLLOW)
         except FileNotFoundError:
             swept = self._sweep(path)
             if swept:
@@ -201,7 +176,7 @@ class DirectoryStore(Store):
                     raise CorruptEntry(f"short read of {path.name}")
         except OSError as exc:  # e.g. a directory where the file should be
             raise CorruptEntry(f"cannot read {path.name}: {exc.strerror}") from None
-        return decode(data, key=key, fingerprint=fingerprint)
+        return decode(data, key=key, fingerprint=fingerprint, usage=self._usage(path, size))
 
     def _sweep(self, path: Path) -> int:
         """Remove leftover temp files of ``path`` whose writer is gone; how many."""
@@ -229,17 +204,20 @@ class DirectoryStore(Store):
                 continue
         return count
 
-    def put(self, entry: Entry) -> bool:
+    def put_many(self, entries: Iterable[Entry]) -> int:
+        return sum(self._put(e) for e in entries)
+
+    def _put(self, entry: Entry) -> bool:
+        path = self._path(entry.fingerprint, entry.key)
         if not self.writable:
             return False
-        path = self._path(entry.fingerprint, entry.key)
         data = encode(entry)
         tmp = path.with_name(f"{path.name}{TMP}{os.getpid()}.{secrets.token_hex(4)}")
         try:
             if not path.parent.is_dir():
                 self._make_root()
-                path.parent.mkdir(mode=0o700, exist_ok=True)
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW, 0o600)
+                private_folder(path.parent)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | O_NOFOLLOW, 0o600)
             try:
                 with os.fdopen(fd, "wb") as fh:
                     fh.write(data)
@@ -255,10 +233,10 @@ class DirectoryStore(Store):
             return False  # the temp file was swept under us (another host's writer); harmless
         except OSError as exc:
             if exc.errno in _FULL:
-                self.reason = f"disk full: {exc.strerror}"
+                self._reason = f"disk full: {exc.strerror}"
                 warn_once(f"cache {self.root} is full ({exc.strerror}): entries are not saved")
                 return False
-            self._disable_writes(exc.strerror or str(exc))
+            self._read_only(exc.strerror or str(exc))
             return False
         return True
 
@@ -270,7 +248,7 @@ class DirectoryStore(Store):
             return
         path = self._path(fingerprint, key).with_suffix(HITS_SUFFIX)
         try:
-            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | _O_NOFOLLOW, 0o600)
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | O_NOFOLLOW, 0o600)
             try:
                 os.write(fd, b"+")
             finally:
@@ -333,21 +311,12 @@ class DirectoryStore(Store):
                 key = name[: -len(SUFFIX)]
                 if not (name.endswith(SUFFIX) and is_hex(key, 64)):
                     continue
-                entry, size = _read_entry_meta(os.path.join(folder, name))
-                if entry is None or entry.key != key or entry.fingerprint != fp:
+                meta, size = _read_entry_meta(os.path.join(folder, name))
+                if meta is None or meta.key != key or meta.fingerprint != fp:
                     continue  # unreadable, damaged or filed under another name
-                meta = entry.meta
-                meta["hits"], meta["last_used"] = 0, meta["created"]
-                if key + HITS_SUFFIX in names:
-                    try:
-                        use = os.stat(os.path.join(folder, key + HITS_SUFFIX),
-                                      follow_symlinks=False)
-                        meta["hits"], meta["last_used"] = use.st_size, use.st_mtime
-                        size += use.st_size
-                    except OSError:
-                        pass
-                meta["stored_bytes"] = size
-                yield entry
+                usage = (self._usage(Path(folder, name), size) if key + HITS_SUFFIX in names
+                         else Usage(stored_bytes=size, store=self.kind))
+                yield Entry(meta, usage)
 
     def clear(self, fingerprint: str | None = None) -> tuple[int, int]:
         count = freed = 0

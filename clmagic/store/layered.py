@@ -1,7 +1,8 @@
 """A local store with a shared remote one behind it (``CLMAGIC_REMOTE``).
 
 A local miss asks the remote; a remote hit is copied into the local store; a fresh build is
-written to both. Entries say where they came from in ``meta["store"]``.
+written to both. Entries say which layer served them in ``usage.store`` (listing: ``local+remote``
+for an entry both hold).
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ from collections.abc import Iterable, Iterator
 from ..config import warn_once
 from ..entry import Entry
 from ..errors import CorruptEntry
-from ._common import stored_meta
 from .base import Store
 
 __all__ = ["LayeredStore"]
@@ -23,6 +23,7 @@ class LayeredStore(Store):
     kind = "layered"
 
     def __init__(self, local: Store, remote: Store):
+        super().__init__()
         self.local = local
         self.remote = remote
         self._from_remote: set[tuple[str, str]] = set()
@@ -32,11 +33,11 @@ class LayeredStore(Store):
         return f"{self.local.location} + {self.remote.location}"
 
     @property
-    def writable(self) -> bool:  # type: ignore[override]
+    def writable(self) -> bool:
         return self.local.writable or self.remote.writable
 
     @property
-    def reason(self) -> str:  # type: ignore[override]
+    def reason(self) -> str:
         parts = [f"{s.kind}: {s.reason}" for s in (self.local, self.remote) if s.reason]
         return "; ".join(parts)
 
@@ -48,26 +49,21 @@ class LayeredStore(Store):
             self.local.delete(fingerprint, key)
             entry = None
         if entry is not None:
-            entry.meta.setdefault("store", self.local.kind)
             return entry
         entry = self.remote.get(fingerprint, key)  # CorruptEntry here goes to the caller
         if entry is None:
             return None
-        copy = Entry(key=key, fingerprint=fingerprint, meta=stored_meta(entry),
-                     binary=entry.binary)
-        self.local.put(copy)
+        self.local.put(entry)
         self._from_remote.add((fingerprint, key))
-        entry.meta["store"] = self.remote.kind
         return entry
-
-    def put(self, entry: Entry) -> bool:
-        local = self.local.put(entry)
-        remote = self.remote.put(entry)
-        return local or remote
 
     def put_many(self, entries: Iterable[Entry]) -> int:
         batch = list(entries)
         return max(self.local.put_many(batch), self.remote.put_many(batch))
+
+    def close(self) -> None:
+        self.local.close()
+        self.remote.close()
 
     def record_hit(self, fingerprint: str, key: str) -> None:
         self.local.record_hit(fingerprint, key)
@@ -81,17 +77,14 @@ class LayeredStore(Store):
         return local or remote
 
     def entries(self, fingerprint: str | None = None) -> Iterator[Entry]:
-        seen: dict[tuple[str, str], Entry] = {}
-        for e in self.local.entries(fingerprint):
-            e.meta["store"] = self.local.kind
-            seen[(e.fingerprint, e.key)] = e
+        seen = {(e.fingerprint, e.key): e for e in self.local.entries(fingerprint)}
+        both = f"{self.local.kind}+{self.remote.kind}"
         for e in self.remote.entries(fingerprint):
             mine = seen.get((e.fingerprint, e.key))
             if mine is None:
-                e.meta["store"] = self.remote.kind
                 yield e
             else:
-                mine.meta["store"] = f"{self.local.kind}+{self.remote.kind}"
+                seen[(e.fingerprint, e.key)] = mine.with_usage(store=both)
         yield from seen.values()
 
     def clear(self, fingerprint: str | None = None) -> tuple[int, int]:

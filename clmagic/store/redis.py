@@ -17,9 +17,8 @@ from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 from ..config import REDIS_SCHEMES, warn_once
-from ..entry import FORMAT_VERSION, Entry
+from ..entry import FORMAT_VERSION, Entry, Usage, parse_json, verified
 from ..errors import CorruptEntry
-from ._common import meta_ok, stored_meta, valid_name, verified
 from .base import Store
 
 __all__ = ["RedisStore", "SCHEMES"]
@@ -62,10 +61,9 @@ class RedisStore(Store):
         from redis.backoff import NoBackoff
         from redis.retry import Retry
 
+        super().__init__()
         self.url = url
         self.ttl = int(ttl) if ttl else 0
-        self.writable = True
-        self.reason = ""
         self.available = True
         self._errors: tuple[type[BaseException], ...] = (
             redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError)
@@ -94,8 +92,7 @@ class RedisStore(Store):
         return redact(self.url)
 
     def _name(self, fingerprint: str, key: str) -> str:
-        if not valid_name(fingerprint, key):
-            raise ValueError(f"bad fingerprint/key {fingerprint!r}/{key!r}")
+        self._check_name(fingerprint, key)
         return f"{PREFIX}:{fingerprint}:{key}"
 
     @staticmethod
@@ -104,8 +101,8 @@ class RedisStore(Store):
 
     def _down(self, exc: BaseException) -> None:
         if self.available:
-            self.available = self.writable = False
-            self.reason = f"server unreachable ({type(exc).__name__}: {exc})"
+            self.available = self._writable = False  # reads stop too: not only writes
+            self._reason = f"server unreachable ({type(exc).__name__}: {exc})"
             warn_once(f"remote cache {self.location} is unreachable or too slow ({exc}); "
                       "skipping it for the rest of this process")
             try:
@@ -130,10 +127,8 @@ class RedisStore(Store):
         try:
             return self._run(call, default)
         except self._response_error as exc:  # e.g. OOM, a read-only replica
-            self.writable = False
-            self.reason = str(exc)
-            warn_once(f"remote cache {self.location} refused a write ({exc}); "
-                      "nothing more is saved there in this process")
+            self._disable_writes(str(exc), f"remote cache {self.location} refused a write "
+                                 f"({exc}); nothing more is saved there in this process")
             return default
 
     # -- the contract -------------------------------------------------------------------------
@@ -147,19 +142,10 @@ class RedisStore(Store):
         if got is None or (got[0] is None and got[1] is None):
             return None
         raw, binary, hits, last_used = got
-        try:
-            meta = json.loads(raw)
-        except (TypeError, ValueError, UnicodeDecodeError, RecursionError):
-            raise CorruptEntry("metadata is not valid JSON") from None
-        if not isinstance(meta, dict):
-            raise CorruptEntry("metadata is not a JSON object")
-        entry = verified(key, fingerprint, meta, binary)
-        entry.meta.update(hits=_int(hits), last_used=_float(last_used),
-                          stored_bytes=len(raw) + len(binary), store=self.kind)
-        return entry
-
-    def put(self, entry: Entry) -> bool:
-        return self.put_many([entry]) == 1
+        size = sum(len(v) for v in (raw, binary) if isinstance(v, bytes))
+        usage = Usage(hits=_int(hits), last_used=_float(last_used), stored_bytes=size,
+                      store=self.kind)
+        return verified(parse_json(raw), binary, key, fingerprint, usage)
 
     def put_many(self, entries: Iterable[Entry]) -> int:
         """Write several entries in one pipelined round trip; returns how many were stored."""
@@ -172,7 +158,7 @@ class RedisStore(Store):
                 if e.binary is None:
                     raise ValueError("cannot store an entry without its binary")
                 name = self._name(e.fingerprint, e.key)
-                meta = json.dumps(stored_meta(e), separators=(",", ":"), sort_keys=True)
+                meta = json.dumps(e.meta.to_json(), separators=(",", ":"), sort_keys=True)
                 pipe.delete(name)
                 pipe.hset(name, mapping={"meta": meta, "binary": e.binary, "hits": 0,
                                          "last_used": now})
@@ -247,14 +233,14 @@ class RedisStore(Store):
                         gone.append(k)  # expired or removed behind the index's back
                         continue
                     try:
-                        meta = json.loads(fields[0])
-                    except (ValueError, UnicodeDecodeError, RecursionError):
+                        meta = parse_json(fields[0])
+                    except CorruptEntry:
                         continue
-                    if not (isinstance(meta, dict) and meta_ok(meta)) or meta["key"] != k:
+                    if meta.key != k or meta.fingerprint != fp:
                         continue
-                    meta.update(hits=_int(fields[1]), last_used=_float(fields[2]),
-                                stored_bytes=len(fields[0]) + _int(size), store=self.kind)
-                    yield Entry(key=k, fingerprint=fp, meta=meta)
+                    yield Entry(meta, Usage(hits=_int(fields[1]), last_used=_float(fields[2]),
+                                            stored_bytes=len(fields[0]) + _int(size),
+                                            store=self.kind))
                 if gone:
                     self._write(lambda c, fp=fp, gone=gone: c.srem(self._index(fp), *gone), 0)
 

@@ -6,11 +6,13 @@ its binary); a count that would wait more than 50 ms for another writer is dropp
 cannot be written serves hits and stores nothing; a failed write turns writes off for the process
 with one warning, except a lock held by another process, which only drops that one write (until
 it happens three times in a row). A file written by a newer clmagic (a higher schema
-version) is never altered: it is not opened at all.
+version) is never altered: it is not opened at all. The same file, sealed with a manifest, is a
+bundle (:mod:`clmagic.bundle`), read back through :meth:`SQLiteStore.untrusted`.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 import sys
@@ -20,17 +22,16 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from .._version import __version__
+from ..config import SQLITE_SUFFIXES as SUFFIXES
 from ..config import warn_once
-from ..entry import FORMAT_VERSION, Entry
+from ..entry import FORMAT_VERSION, Entry, verified
 from ..errors import CorruptEntry
-from . import SUFFIXES  # the endings that select this store, re-exported
-from ._common import meta_ok, valid_name, verified
+from ._fs import private_file, private_folder, refusal
 from .base import Store
-from .directory import hostile
 from .sqlite_sql import (
-    _HITS,
-    _LAST,
-    SCHEMA,
+    BUSY_TIMEOUT_MS,
+    SCHEMA_VERSION,
     SQL_CLEAR,
     SQL_DELETE,
     SQL_GET,
@@ -39,92 +40,28 @@ from .sqlite_sql import (
     SQL_PUT,
     SQL_READ,
     SQL_SIZE,
+    SQL_SIZES,
     SQL_USE_CLEAR,
     SQL_USE_DELETE,
     SQL_USE_RESET,
+    SchemaTooNew,
+    connect,
+    create_schema,
     entry_row,
+    has_tables,
+    is_locked,
     row_meta,
+    row_usage,
+    schema_version,
 )
 
-__all__ = ["SQLiteStore", "SCHEMA_VERSION", "SUFFIXES", "SQL_GET", "SQL_READ", "SQL_PUT",
-           "row_meta", "entry_row"]
+__all__ = ["SQLiteStore", "SCHEMA_VERSION", "SUFFIXES", "MAX_LOCKED", "HIT_TIMEOUT_MS"]
 
-SCHEMA_VERSION = 1
-BUSY_TIMEOUT_MS = 5000
 #: how long a hit count waits for another writer before it is dropped (counts are advisory)
 HIT_TIMEOUT_MS = 50
 #: lock timeouts in a row after which writes are turned off (each one cost BUSY_TIMEOUT_MS)
 MAX_LOCKED = 3
-
-class SchemaTooNew(Exception):
-    """The file was written by a newer clmagic."""
-
-
-def connect(path: Path, read_only: bool) -> sqlite3.Connection:
-    """A connection with the busy timeout set; ``read_only`` opens with ``mode=ro`` (and, when
-    even the WAL index cannot be made, as immutable)."""
-    uri = path.resolve().as_uri()
-    if read_only:
-        try:
-            conn = sqlite3.connect(f"{uri}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_MS / 1000,
-                                   isolation_level=None, check_same_thread=False)
-            conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
-        except sqlite3.OperationalError:
-            conn = sqlite3.connect(f"{uri}?immutable=1", uri=True, isolation_level=None,
-                                   check_same_thread=False)
-    else:
-        conn = sqlite3.connect(str(path), timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None,
-                               check_same_thread=False)
-    conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-    conn.execute("PRAGMA trusted_schema = OFF")
-    return conn
-
-
-def schema_version(conn: sqlite3.Connection) -> int | None:
-    """The file's schema version, ``None`` for a file without clmagic tables yet."""
-    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-    if "clmagic_schema" not in tables:
-        if tables - {"provenance", "manifest"}:
-            raise sqlite3.DatabaseError("not a clmagic cache (other tables inside)")
-        return None
-    row = conn.execute("SELECT max(version) FROM clmagic_schema").fetchone()
-    return int(row[0]) if row and row[0] is not None else None
-
-
-def is_locked(exc: sqlite3.Error) -> bool:
-    """Whether ``exc`` is another connection holding a lock (``SQLITE_BUSY``/``SQLITE_LOCKED``):
-    a transient condition, not a broken file."""
-    code = getattr(exc, "sqlite_errorcode", None)  # Python 3.11+
-    if code is not None:
-        return code & 0xFF in (5, 6)  # SQLITE_BUSY, SQLITE_LOCKED
-    text = str(exc).lower()
-    return isinstance(exc, sqlite3.OperationalError) and ("locked" in text or "busy" in text)
-
-
-def has_tables(conn: sqlite3.Connection) -> bool:
-    """Whether every table of the schema is there (a read: no lock taken)."""
-    names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-    return {"clmagic_schema", "entries", "usage", "provenance"} <= names
-
-
-def create_schema(conn: sqlite3.Connection) -> None:
-    """Create the tables a file lacks (safe when several processes race; a file
-    of a newer schema is left untouched)."""
-    conn.execute("PRAGMA journal_mode = WAL")
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        version = schema_version(conn)
-        if version is not None and version > SCHEMA_VERSION:
-            raise SchemaTooNew(str(version))
-        for stmt in SCHEMA.split(";"):  # IF NOT EXISTS: adds what a pre-release file lacks
-            if stmt.strip():
-                conn.execute(stmt)
-        if version is None:
-            conn.execute("INSERT INTO clmagic_schema (version) VALUES (?)", (SCHEMA_VERSION,))
-        conn.execute("COMMIT")
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
+_ROW_ERRORS = (ValueError, TypeError, CorruptEntry)
 
 
 class SQLiteStore(Store):
@@ -132,10 +69,13 @@ class SQLiteStore(Store):
 
     kind = "sqlite"
 
-    def __init__(self, path: str | os.PathLike[str], read_only: bool = False):
+    def __init__(self, path: str | os.PathLike[str], read_only: bool = False,
+                 immutable: bool = False):
+        super().__init__()
         self.path = Path(path)
-        self.writable = not read_only
-        self.reason = "the file is read-only" if read_only else ""
+        self._immutable = immutable
+        if read_only or immutable:
+            self._writable, self._reason = False, "the file is read-only"
         self._lock = threading.RLock()
         self._conn: sqlite3.Connection | None = None
         self._pid = -1
@@ -152,15 +92,13 @@ class SQLiteStore(Store):
         path = Path(path)
         try:
             if not path.parent.exists():
-                path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            why = None if trust else (hostile(path.parent) or (
-                hostile(path) if path.exists() else None))
+                private_folder(path.parent)
+            why = None if trust else refusal(path.parent, path)
             if why:
                 warn_once(f"cache file {path} refused: {why}; caching in memory only "
                           "(set CLMAGIC_CACHE_TRUST=1 to use it anyway)")
                 return None
-            if not path.exists():
-                os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))
+            private_file(path)
             read_only = not (os.access(path, os.W_OK) and os.access(path.parent, os.W_OK))
             with connect(path, read_only=True) as probe:
                 version = schema_version(probe)
@@ -180,13 +118,20 @@ class SQLiteStore(Store):
                       "hits are served, nothing is saved")
         return store
 
+    @classmethod
+    def untrusted(cls, path: Path) -> SQLiteStore:
+        """A file from elsewhere (a bundle), opened immutable and read-only: nothing in it is
+        executed (``trusted_schema`` off, query-only) and nothing beside it is written. Raises
+        ``sqlite3.Error`` for a file SQLite cannot read."""
+        return cls(path, immutable=True)
+
     @property
     def location(self) -> str:
         return str(self.path)
 
     def _connection(self) -> sqlite3.Connection:
         if self._conn is None or self._pid != os.getpid():  # a forked child opens its own
-            conn = connect(self.path, read_only=not self.writable)
+            conn = connect(self.path, read_only=not self.writable, immutable=self._immutable)
             self._conn, self._pid = conn, os.getpid()
             if self.writable and not has_tables(conn):  # a new file: one write lock, once
                 try:
@@ -194,13 +139,6 @@ class SQLiteStore(Store):
                 except sqlite3.OperationalError as exc:
                     self._disable_writes(str(exc))
         return self._conn
-
-    def _disable_writes(self, why: str) -> None:
-        if self.writable:
-            self.writable = False
-            self.reason = why
-            warn_once(f"cache {self.path}: writing failed ({why}); "
-                      "hits are served, nothing more is saved in this process")
 
     def _write(self, sql_rows: Iterable[tuple[str, tuple[Any, ...]]]) -> int:
         """Run writes in one transaction. Returns rows changed, or -1 when nothing was written.
@@ -246,8 +184,6 @@ class SQLiteStore(Store):
             pass  # SQLite rolled back already
 
     def _write_provenance(self, conn: sqlite3.Connection) -> None:
-        from .. import __version__
-
         try:
             import pyopencl
 
@@ -279,21 +215,16 @@ class SQLiteStore(Store):
             meta = row_meta(row)
         except (ValueError, TypeError) as exc:
             raise CorruptEntry(f"metadata cannot be read: {exc}") from None
-        entry = verified(key, fingerprint, meta, row[-1])
-        entry.meta.update(hits=row[_HITS], last_used=row[_LAST],
-                          stored_bytes=len(row[-1]), store=self.kind)
-        return entry
-
-    def put(self, entry: Entry) -> bool:
-        return self.put_many([entry]) == 1
+        return verified(meta, row[-1], key, fingerprint, row_usage(row, self.kind))
 
     def put_many(self, entries: Iterable[Entry]) -> int:
         """Store several entries in one transaction; returns how many were stored."""
         now = time.time()
         rows = []
         for e in entries:
-            if e.binary is None or not valid_name(e.fingerprint, e.key):
-                raise ValueError(f"bad entry {e.fingerprint!r}/{e.key!r}")
+            self._check_name(e.fingerprint, e.key)
+            if e.binary is None:
+                raise ValueError(f"cannot store entry {e.key} without its binary")
             rows.append((SQL_PUT, entry_row(e)))
             rows.append((SQL_USE_RESET, (FORMAT_VERSION, e.fingerprint, e.key, now)))
         if self._write(rows) < 0:
@@ -341,14 +272,9 @@ class SQLiteStore(Store):
     def entries(self, fingerprint: str | None = None) -> Iterator[Entry]:
         for row in self._select(SQL_LIST, fingerprint):
             try:
-                meta = row_meta(row)
-            except (ValueError, TypeError):
+                yield Entry(row_meta(row), row_usage(row, self.kind))
+            except _ROW_ERRORS:
                 continue
-            if not meta_ok(meta):
-                continue
-            meta.update(hits=row[_HITS], last_used=row[_LAST],
-                        stored_bytes=row[-1], store=self.kind)
-            yield Entry(key=meta["key"], fingerprint=meta["fingerprint"], meta=meta)
 
     def clear(self, fingerprint: str | None = None) -> tuple[int, int]:
         rows = self._select(SQL_SIZE, fingerprint)
@@ -365,3 +291,49 @@ class SQLiteStore(Store):
             if self._conn is not None and self._pid == os.getpid():
                 self._conn.close()
             self._conn = None
+
+    # -- bundles: the same file, sealed with a manifest --------------------------------------
+
+    def seal(self, manifest: dict[str, Any]) -> None:
+        """Make this file a bundle: drop this machine's use counts, add ``manifest`` (values as
+        JSON) and leave one self-contained file (no WAL). Raises ``sqlite3.Error``."""
+        with self._lock:
+            conn = self._connection()
+            conn.execute("DELETE FROM usage")
+            conn.execute("CREATE TABLE manifest (name TEXT PRIMARY KEY, value TEXT NOT NULL)")
+            conn.executemany("INSERT INTO manifest VALUES (?, ?)",
+                             [(k, json.dumps(v)) for k, v in manifest.items()])
+            conn.execute("PRAGMA journal_mode = DELETE")
+
+    def _query(self, sql: str, args: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        with self._lock:
+            return self._connection().execute(sql, args).fetchall()
+
+    def tables(self) -> dict[str, str]:
+        """Name → kind (table, view, trigger, ...) of everything in the file's schema."""
+        return {str(n): str(t) for n, t in self._query("SELECT name, type FROM sqlite_master")}
+
+    def schema(self) -> int | None:
+        """The file's schema version (``None`` when it has none)."""
+        return self._query("SELECT max(version) FROM clmagic_schema")[0][0]
+
+    def manifest(self, limit: int) -> list[tuple[Any, Any]]:
+        """At most ``limit`` raw (name, value) rows of a bundle's manifest, unchecked."""
+        return [(r[0], r[1]) for r in self._query(f"SELECT name, value FROM manifest "
+                                                 f"LIMIT {int(limit)}")]
+
+    def sizes(self, limit: int) -> list[tuple[Any, ...]]:
+        """(fingerprint, key, binary bytes, text bytes) of at most ``limit`` rows, unchecked:
+        what to bound before any row is read whole."""
+        return self._query(SQL_SIZES, (FORMAT_VERSION, int(limit)))
+
+    def read(self, fingerprint: str, key: str) -> Entry | None:
+        """One entry without usage, verified like :meth:`get` (for bundles, whose file has no
+        usage); raises :class:`CorruptEntry`."""
+        row = self._query(SQL_READ, (FORMAT_VERSION, fingerprint, key))
+        if not row:
+            return None
+        try:
+            return verified(row_meta(row[0]), row[0][-1], key, fingerprint)
+        except (ValueError, TypeError) as exc:
+            raise CorruptEntry(str(exc)) from None
