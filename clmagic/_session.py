@@ -9,7 +9,7 @@ if TYPE_CHECKING:
     from .compiler import Compiler
     from .config import Settings
 
-__all__ = ["get_compiler", "reset"]
+__all__ = ["get_compiler", "reset", "or_default"]
 
 _compiler: Compiler | None = None
 
@@ -22,6 +22,12 @@ def get_compiler() -> Compiler:
 
         _compiler = Compiler()
     return _compiler
+
+
+def or_default(compiler: Compiler | None) -> Compiler:
+    """``compiler``, or the process-wide one when it is ``None`` (what every library function
+    with an optional ``compiler`` argument uses)."""
+    return compiler if compiler is not None else get_compiler()
 
 
 def reset(settings: Settings | None = None) -> Compiler:

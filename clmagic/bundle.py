@@ -9,7 +9,6 @@ and an entry already in the local cache is never overwritten.
 
 from __future__ import annotations
 
-import html
 import json
 import os
 import sqlite3
@@ -22,6 +21,7 @@ from typing import Any
 from ._version import __version__
 from .entry import FORMAT_VERSION, MAX_BINARY, MAX_META, Entry
 from .errors import ClmagicError, CorruptEntry
+from .report import export_html, export_text, import_html, import_text
 from .store.base import Store, valid_name
 from .store.layered import LayeredStore
 from .store.sqlite import SCHEMA_VERSION, SQLiteStore
@@ -45,20 +45,12 @@ class BundleReport:
     failed: int = 0
 
     def __str__(self) -> str:
-        devs = ", ".join(f"{d['device']} ({d['entries']})" for d in self.devices) or "no devices"
-        bad = f", {self.failed} damaged entries left out" if self.failed else ""
-        return f"exported {self.entries} entries ({self.bytes:,} bytes) to {self.path}: {devs}{bad}"
+        return export_text(self)
 
     __repr__ = __str__
 
     def _repr_html_(self) -> str:
-        rows = "".join(
-            f"<tr><td>{html.escape(d['device'])}</td><td><code>{d['fingerprint']}</code></td>"
-            f"<td>{d['entries']}</td></tr>" for d in self.devices)
-        return (f"<div class='clmagic-bundle'><b>exported {self.entries} entries</b> "
-                f"({self.bytes:,} bytes) to <code>{html.escape(self.path)}</code>"
-                f"<table><tr><th>device</th><th>fingerprint</th><th>entries</th></tr>{rows}"
-                "</table></div>")
+        return export_html(self)
 
 
 @dataclass
@@ -76,25 +68,12 @@ class ImportReport:
     manifest: dict[str, Any] = field(default_factory=dict)
 
     def __str__(self) -> str:
-        text = (f"imported {self.imported}, skipped {self.skipped} (already cached), "
-                f"failed {self.failed} from {self.path}")
-        for fp, d in self.missing_devices.items():
-            text += f"\n  {d['entries']} entries for {d['device']} ({fp}): not on this machine"
-        for reason in self.reasons[:5]:
-            text += f"\n  failed: {reason}"
-        return text
+        return import_text(self)
 
     __repr__ = __str__
 
     def _repr_html_(self) -> str:
-        extra = "".join(
-            f"<li>{d['entries']} entries for {html.escape(d['device'])} "
-            f"(<code>{fp}</code>): not on this machine</li>"
-            for fp, d in self.missing_devices.items())
-        extra += "".join(f"<li>failed: {html.escape(r)}</li>" for r in self.reasons[:5])
-        return (f"<div class='clmagic-bundle'><b>imported {self.imported}</b>, skipped "
-                f"{self.skipped} (already cached), failed {self.failed} from "
-                f"<code>{html.escape(self.path)}</code><ul>{extra}</ul></div>")
+        return import_html(self)
 
 
 def _store(store: Store | None) -> Store:

@@ -1,17 +1,24 @@
-"""The build trip: memory → store → driver, and the result it hands back."""
+"""The build trip: prepare → memory → store → driver → save, and the result it hands back.
+
+One :class:`~clmagic.records.Record` per trip and device: the history keeps it, the result under
+the cell shows it, and a saved entry is made from it (:meth:`Record.entry`). :meth:`Compiler.build`
+builds a cell's source for one device and makes its kernels; :meth:`Compiler.build_program` builds
+in a caller's context for its devices, making no kernels (what :mod:`clmagic.hook` needs).
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 import time
-from dataclasses import dataclass, field
 from collections.abc import Sequence
-from typing import NamedTuple
+from dataclasses import dataclass
 
 import pyopencl as cl
 
 from . import devices as _devices
+from . import driver
 from .config import Settings, warn_once
 from .devices import DeviceInfo
 from .entry import Entry
@@ -19,93 +26,47 @@ from .errors import BuildError, ClmagicError, CorruptEntry, DeviceError
 from .includes import Unkeyable, find_headers, strip_comments
 from .key import cache_key
 from .options import BuildOptions, parse_options
-from .records import History, Outcome, Record, now
+from .records import History, Outcome, Record
+from .results import BuildResult, ProgramBuild
+from .source import MAX_SOURCE, check_source, normalise_source, preview
 from .store import Store, store_for
 
-__all__ = ["Compiler", "BuildResult", "ProgramBuild", "MAX_SOURCE"]
+__all__ = ["Compiler", "BuildResult", "ProgramBuild", "MAX_SOURCE", "normalise_source"]
 
 _DEFAULT_STORE = object()
-
-#: the largest source accepted, in bytes (a bigger cell is almost surely a pasting accident)
-MAX_SOURCE = 4 << 20
-
-
-@dataclass
-class BuildResult:
-    """What one build trip produced: the program, its kernels, and how it was obtained."""
-
-    program: cl.Program
-    kernels: dict[str, cl.Kernel]
-    outcome: str
-    ms: float
-    build_ms: float
-    key: str
-    device: DeviceInfo
-    options: BuildOptions
-    context: cl.Context
-    queue: cl.CommandQueue
-    saved: bool = False
-    note: str = ""
-    build_log: str = ""
-    record: Record | None = field(default=None, repr=False)
-
-    @property
-    def saved_ms(self) -> float:
-        """Driver build time this trip avoided."""
-        return self.record.saved_ms if self.record else 0.0
-
-    def __getitem__(self, name: str) -> cl.Kernel:
-        return self.kernels[name]
-
-    def summary(self) -> str:
-        """The one-line report, as plain text."""
-        from .report import result_text
-
-        return result_text(self)
-
-    def __repr__(self) -> str:
-        return self.summary()
-
-    def _repr_html_(self) -> str:
-        from .report import result_html
-
-        return result_html(self)
-
-
 _PREPARED_MAX = 512
 _PROGRAMS_MAX = 256
 
 
-class _Prepared(NamedTuple):
+@dataclass(frozen=True)
+class _Prepared:
+    """What a source and its options become for one device before any cache is asked
+    (remembered per source, options and device when nothing is included)."""
+
     source: str
     src: bytes
     opts: BuildOptions
     key: str
-    headers: list[tuple[str, bytes]]
+    headers: tuple[str, ...]
     preview: str
-    #: why the cache must be bypassed (includes past what a key can cover), else ""
-    unkeyable: str = ""
+    unkeyable: str  # why the cache must be bypassed (includes past what a key covers), or ""
 
 
-@dataclass
-class _Loaded:
-    program: cl.Program
-    kernels: dict[str, cl.Kernel]
-    context: cl.Context
-    build_ms: float
-    build_log: str
-    names: list[str] = field(default_factory=list)  # kernel names, also when none were made
+@dataclass(frozen=True)
+class _Trip:
+    """One :meth:`Compiler.build` under way: the prepared source and its device."""
 
+    prep: _Prepared
+    info: DeviceInfo
+    dev: cl.Device
+    ctx: cl.Context
+    queue: cl.CommandQueue
+    line_offset: int
+    t0: float
 
-@dataclass
-class ProgramBuild:
-    """What :meth:`Compiler.build_program` hands back: the driver's program (no kernels made)
-    and one record per device."""
-
-    program: cl.Program
-    outcome: str
-    records: list[Record]
-    build_log: str = ""
+    @property
+    def memo(self) -> tuple[str, str]:
+        return self.info.fingerprint, self.prep.key
 
 
 class Compiler:
@@ -120,18 +81,17 @@ class Compiler:
         self, settings: Settings | None = None, store: Store | None | object = _DEFAULT_STORE
     ):
         self.settings = settings or Settings.from_env()
-        if store is _DEFAULT_STORE:
-            store = store_for(self.settings)
-        self.store: Store | None = store  # type: ignore[assignment]
+        self.store: Store | None = (store_for(self.settings) if store is _DEFAULT_STORE
+                                    else store)  # type: ignore[assignment]
         self.history = History(
             debug=self.settings.debug, keep_source=self.settings.record == "full"
         )
         self.device_spec: str | None = self.settings.device
-        self._memory: dict[tuple[str, str], _Loaded] = {}
+        self._memory: dict[tuple[str, str], driver.Built] = {}
         self._lock = threading.Lock()  # memory and history; builds themselves run in parallel
-        self._prepared: dict[tuple, _Prepared] = {}
+        self._prepared: dict[tuple[object, ...], _Prepared] = {}
         #: programs built for callers' contexts (the pyopencl hook), by their keys
-        self._programs: dict[tuple[tuple[str, str], ...], _Loaded] = {}
+        self._programs: dict[tuple[tuple[str, str], ...], driver.Built] = {}
 
     # -- device -------------------------------------------------------------------------------
 
@@ -156,18 +116,14 @@ class Compiler:
 
     def forget(self, fingerprint: str | None = None, key: str | None = None) -> int:
         """Drop in-memory programs (all, of one device, or one key); returns how many."""
+        def hit(f: str, k: str) -> bool:
+            return (fingerprint is None or f == fingerprint) and (key is None or k == key)
+
         with self._lock:
-            doomed = [
-                k for k in self._memory
-                if (fingerprint is None or k[0] == fingerprint) and (key is None or k[1] == key)
-            ]
+            doomed = [k for k in self._memory if hit(*k)]
             for k in doomed:
                 del self._memory[k]
-            gone = [
-                ks for ks in self._programs
-                if any((fingerprint is None or f == fingerprint) and (key is None or k == key)
-                       for f, k in ks)
-            ]
+            gone = [ks for ks in self._programs if any(hit(f, k) for f, k in ks)]
             for ks in gone:
                 del self._programs[ks]
         return len(doomed) + len(gone)
@@ -178,36 +134,6 @@ class Compiler:
             device: object = None) -> str:
         """The cache key :meth:`build` would use for these arguments (nothing is built)."""
         return self._prepare(source, options, self.resolve(device)[0]).key
-
-    def _prepare(self, source: str | bytes, options, info: DeviceInfo) -> _Prepared:
-        """Check and normalise the source, parse the options, find headers, hash the key.
-
-        Remembered for sources that include nothing, whose key depends on the arguments alone
-        (a re-run cell then costs a dict lookup: 0.36 ms → µs on the H200 host for silx code).
-        """
-        if not isinstance(options, (str, type(None), BuildOptions)):
-            options = tuple(options)  # hashable, and a generator is read once
-        if isinstance(source, (bytearray, memoryview)):
-            source = bytes(source)
-        memo = (source, options, info.fingerprint)
-        prepared = self._prepared.get(memo)
-        if prepared is not None:
-            return prepared
-        text, src = _check_source(source)
-        opts = parse_options(options)
-        try:
-            headers = find_headers(text, opts.include_dirs, os.getcwd())
-            unkeyable = ""
-        except Unkeyable as exc:
-            headers, unkeyable = [], str(exc)
-        key = cache_key(src, opts.effective, info, headers)
-        prepared = _Prepared(text, src, opts, key, headers, _preview(text), unkeyable)
-        if "include" not in text:
-            with self._lock:
-                if len(self._prepared) >= _PREPARED_MAX:
-                    self._prepared.pop(next(iter(self._prepared)))
-                self._prepared[memo] = prepared
-        return prepared
 
     def build(
         self,
@@ -228,6 +154,35 @@ class Compiler:
         for a source that cannot be compiled at all (empty, only comments, not UTF-8, NUL
         characters, over :data:`MAX_SOURCE` bytes).
         """
+        trip = self._start(source, options, device, context, line_offset)
+        if not use_cache or trip.prep.unkeyable:
+            return self._bypass(trip)
+        built = self._memory.get(trip.memo)
+        if built is not None and built.context == trip.ctx:
+            return self._finish(trip, Outcome.MEMORY, built, note="memory")
+        built, outcome, note = self._from_store(trip)
+        if built is not None:
+            return self._finish(trip, outcome, built, note=note)
+        built = self._compile(trip.ctx, [trip.dev], trip.info.label, trip.prep, trip.line_offset)
+        with self._lock:
+            self._memory[trip.memo] = built
+        rec = self._record(trip.info, trip.prep, trip.t0, outcome, built)
+        saved, note = self._save(rec, built.program, trip.dev)
+        return self._finish(trip, outcome, built, saved=saved, note=note)
+
+    def _bypass(self, trip: _Trip) -> BuildResult:
+        """Build with the driver alone: asked for, or includes the key cannot cover."""
+        built = self._compile(trip.ctx, [trip.dev], trip.info.label, trip.prep, trip.line_offset)
+        why = trip.prep.unkeyable
+        if why:
+            warn_once(f"not cached: {why}")
+        note = f"not cached: {why}" if why else "cache bypassed"
+        return self._finish(trip, Outcome.BYPASS, built, note=note)
+
+    def _start(self, source: str | bytes, options: object, device: object,
+               context: cl.Context | None, line_offset: int) -> _Trip:
+        """The device (or the caller's single-device context), its context and queue, and the
+        prepared source; the trip's clock starts after the one-time context creation."""
         if context is not None:
             info = _devices.adopt_context(context)
             if info is None:
@@ -236,48 +191,32 @@ class Compiler:
         else:
             info, dev = self.resolve(device)
         ctx, queue = _devices.context_for(info, dev)
-        t0 = time.perf_counter()  # the trip, not the one-time context creation
-        prep = self._prepare(source, options, info)
-        source, _src, opts, key, _headers, _preview, unkeyable = prep
+        t0 = time.perf_counter()
+        return _Trip(self._prepare(source, options, info), info, dev, ctx, queue, line_offset, t0)
 
-        def finish(outcome: str, loaded: _Loaded, saved=False, note="") -> BuildResult:
-            rec = self._record(outcome, t0, info, prep, loaded, saved=saved, note=note)
-            return BuildResult(
-                program=loaded.program, kernels=loaded.kernels, outcome=outcome, ms=rec.ms,
-                build_ms=loaded.build_ms, key=key, device=info, options=opts, context=ctx,
-                queue=queue, saved=saved, note=note, build_log=loaded.build_log, record=rec,
-            )
-
-        if not use_cache or unkeyable:
-            loaded = self._compile(ctx, [dev], info.label, source, opts, line_offset)
-            if unkeyable:
-                warn_once(f"not cached: {unkeyable}")
-            return finish(Outcome.BYPASS, loaded,
-                          note=f"not cached: {unkeyable}" if unkeyable else "cache bypassed")
-
-        mem = self._memory.get((info.fingerprint, key))
-        if mem is not None and mem.context == ctx:
-            return finish(Outcome.MEMORY, mem, note="memory")
-
-        entry, corrupt = self._lookup(info, key)
+    def _from_store(self, trip: _Trip) -> tuple[driver.Built | None, str, str]:
+        """The program from the store: (built, HIT, note); (None, MISS or CORRUPT, "") when the
+        store has no usable entry (a damaged one is removed, to be rebuilt)."""
+        entry, corrupt = self._lookup(trip.info, trip.prep.key)
         if entry is not None:
             try:
-                loaded = self._load(ctx, [dev], [entry], opts)
+                built = self._load(trip.ctx, [trip.dev], [entry], trip.prep.opts)
             except CorruptEntry as exc:
-                corrupt = self._damaged(info, key, exc)
+                corrupt = self._damaged(trip.info, trip.prep.key, exc)
             else:
                 with self._lock:
-                    self._memory[(info.fingerprint, key)] = loaded
-                self._record_hit(info.fingerprint, key)
-                return finish(Outcome.HIT, loaded, note=_served_from(entry, self.store))
+                    self._memory[trip.memo] = built
+                self._record_hit(*trip.memo)
+                return built, Outcome.HIT, _served_from(entry, self.store)
+        return None, Outcome.CORRUPT if corrupt else Outcome.MISS, ""
 
-        loaded = self._compile(ctx, [dev], info.label, source, opts, line_offset)
+    def _finish(self, trip: _Trip, outcome: str, built: driver.Built, saved: bool = False,
+                note: str = "") -> BuildResult:
+        rec = self._record(trip.info, trip.prep, trip.t0, outcome, built, saved=saved, note=note)
         with self._lock:
-            self._memory[(info.fingerprint, key)] = loaded
-        saved, note = self._save(info, prep, loaded.program,
-                                 dev, loaded.build_ms, loaded.build_log, list(loaded.kernels))
-        return finish(Outcome.CORRUPT if corrupt else Outcome.MISS, loaded, saved=saved,
-                      note=note)
+            self.history.add(rec)
+        return BuildResult(built.program, built.kernels, trip.ctx, trip.queue, trip.prep.opts,
+                           rec)
 
     def build_program(self, context: cl.Context, source: str | bytes,
                       options: str | BuildOptions | None = None,
@@ -295,22 +234,28 @@ class Compiler:
         infos = [_devices.identity(d) for d in devs]
         t0 = time.perf_counter()
         preps = [self._prepare(source, options, i) for i in infos]
-        opts, label = preps[0].opts, infos[0].label
+        label = infos[0].label
 
-        def finish(outcome: str, loaded: _Loaded, missing=(), saves=(), note="") -> ProgramBuild:
+        def finish(outcome: str, built: driver.Built, missing: Sequence[int] = (),
+                   saves: Sequence[tuple[int, tuple[bool, str]]] = (), note: str = ""
+                   ) -> ProgramBuild:
             # ``outcome`` is every device's, or, when ``missing`` is given, that of the missing
             # devices (the others were rebuilt along with them)
             done = dict(saves)
-            recs = [self._record(outcome if not missing or i in missing else Outcome.MISS, t0,
-                                 info, prep, loaded, saved=done.get(i, (False, ""))[0],
+            recs = [self._record(info, prep, t0,
+                                 outcome if not missing or i in missing else Outcome.MISS, built,
+                                 saved=done.get(i, (False, ""))[0],
                                  note=done.get(i, (False, note))[1], origin=origin)
                     for i, (info, prep) in enumerate(zip(infos, preps))]
-            return ProgramBuild(loaded.program, outcome, recs, loaded.build_log)
+            with self._lock:
+                for rec in recs:
+                    self.history.add(rec)
+            return ProgramBuild(built.program, outcome, recs, built.log)
 
         if preps[0].unkeyable:
             warn_once(f"not cached: {preps[0].unkeyable}")
-            loaded = self._compile(context, devs, label, preps[0].source, opts, kernels=False)
-            return finish(Outcome.BYPASS, loaded, note=f"not cached: {preps[0].unkeyable}")
+            built = self._compile(context, devs, label, preps[0], kernels=False)
+            return finish(Outcome.BYPASS, built, note=f"not cached: {preps[0].unkeyable}")
         keys = tuple((i.fingerprint, p.key) for i, p in zip(infos, preps))
         mem = self._programs.get(keys)
         if (mem is not None and mem.context == context  # and for these very devices (twins
@@ -322,44 +267,64 @@ class Compiler:
         entries = [e for e, _ in found if e is not None]
         if len(entries) == len(devs):
             try:
-                loaded = self._load(context, devs, entries, opts, kernels=False)
+                built = self._load(context, devs, entries, preps[0].opts, kernels=False)
             except CorruptEntry as exc:
                 corrupt = any([self._damaged(i, p.key, exc) for i, p in zip(infos, preps)])
             else:
-                self._remember(keys, loaded)
+                self._remember(keys, built)
                 for fp, key in keys:
                     self._record_hit(fp, key)
-                return finish(Outcome.HIT, loaded, note=_served_from(entries[0], self.store))
+                return finish(Outcome.HIT, built, note=_served_from(entries[0], self.store))
 
-        loaded = self._compile(context, devs, label, preps[0].source, opts, kernels=False)
-        self._remember(keys, loaded)
+        built = self._compile(context, devs, label, preps[0], kernels=False)
+        self._remember(keys, built)
         missing = [i for i, (e, _) in enumerate(found) if e is None or corrupt]
-        saves = [(i, self._save(infos[i], preps[i], loaded.program, devs[i], loaded.build_ms,
-                                _log_of(loaded.program, devs[i]), loaded.names, origin))
+        outcome = Outcome.CORRUPT if corrupt else Outcome.MISS
+        saves = [(i, self._save(self._record(infos[i], preps[i], t0, outcome, built,
+                                             origin=origin, log=driver.build_log(built.program,
+                                                                                 devs[i])),
+                                built.program, devs[i]))
                  for i in missing]
-        return finish(Outcome.CORRUPT if corrupt else Outcome.MISS, loaded, missing, saves,
-                      note="built with the other devices")
+        return finish(outcome, built, missing, saves, note="built with the other devices")
 
-    def _remember(self, keys: tuple[tuple[str, str], ...], loaded: _Loaded) -> None:
+    # -- the steps ------------------------------------------------------------------------------
+
+    def _prepare(self, source: str | bytes, options: object, info: DeviceInfo) -> _Prepared:
+        """Check and normalise the source, parse the options, find headers, hash the key.
+
+        Remembered for sources that include nothing, whose key depends on the arguments alone
+        (a re-run cell then costs a dict lookup: 0.36 ms → µs on the H200 host for silx code).
+        """
+        if not isinstance(options, (str, type(None), BuildOptions)):
+            options = tuple(options)  # type: ignore[call-overload]  # hashable, read once
+        if isinstance(source, bytearray | memoryview):
+            source = bytes(source)
+        memo = (source, options, info.fingerprint)
+        prepared = self._prepared.get(memo)
+        if prepared is not None:
+            return prepared
+        text, src = check_source(source)
+        opts = parse_options(options)  # type: ignore[arg-type]
+        try:
+            headers = find_headers(text, opts.include_dirs, os.getcwd())
+            unkeyable = ""
+        except Unkeyable as exc:
+            headers, unkeyable = [], str(exc)
+        key = cache_key(src, opts.effective, info, headers)
+        prepared = _Prepared(text, src, opts, key, tuple(name for name, _ in headers),
+                             preview(text), unkeyable)
+        if "include" not in text:
+            with self._lock:
+                if len(self._prepared) >= _PREPARED_MAX:
+                    self._prepared.pop(next(iter(self._prepared)))
+                self._prepared[memo] = prepared
+        return prepared
+
+    def _remember(self, keys: tuple[tuple[str, str], ...], built: driver.Built) -> None:
         with self._lock:
             if len(self._programs) >= _PROGRAMS_MAX:
                 self._programs.pop(next(iter(self._programs)))
-            self._programs[keys] = loaded
-
-    def _record(self, outcome: str, t0: float, info: DeviceInfo, prep: _Prepared,
-                loaded: _Loaded, *, saved: bool = False, note: str = "",
-                origin: str = "cell") -> Record:
-        """The trip's record, added to the history."""
-        rec = Record(
-            time=now(), outcome=outcome, kernels=list(loaded.names),
-            ms=(time.perf_counter() - t0) * 1000, build_ms=loaded.build_ms, device=info.label,
-            fingerprint=info.fingerprint, key=prep.key, options=prep.opts.effective,
-            preview=prep.preview, source=prep.source, saved_to_store=saved, note=note,
-            origin=origin,
-        )
-        with self._lock:
-            self.history.add(rec)
-        return rec
+            self._programs[keys] = built
 
     def _lookup(self, info: DeviceInfo, key: str) -> tuple[Entry | None, bool]:
         """The stored entry of ``key`` (``None`` when there is none) and whether a damaged one
@@ -379,22 +344,49 @@ class Compiler:
             self.store.delete(info.fingerprint, key)
         return True
 
-    def _save(self, info: DeviceInfo, prep: _Prepared, program: cl.Program | cl._cl._Program,
-              dev: cl.Device, build_ms: float, log: str, kernels: list[str],
-              origin: str = "cell") -> tuple[bool, str]:
-        """Store the binary ``program`` holds for ``dev``; returns (saved, note)."""
+    def _compile(self, ctx: cl.Context, devs: list[cl.Device], label: str, prep: _Prepared,
+                 line_offset: int = 0, kernels: bool = True) -> driver.Built:
+        """Build from source for ``devs`` in one driver call."""
+        if not strip_comments(prep.source).strip():  # checked here: a cached source has code
+            raise ClmagicError("the source holds only comments: nothing to compile")
+        try:
+            return driver.from_source(ctx, devs, prep.source, prep.opts.effective, kernels)
+        except driver.BuildFailed as exc:
+            raise BuildError(exc.log, options=prep.opts.effective, device=label,
+                             line_offset=line_offset) from None
+
+    def _load(self, ctx: cl.Context, devs: list[cl.Device], entries: list[Entry],
+              opts: BuildOptions, kernels: bool = True) -> driver.Built:
+        """The program made from the entries' binaries, one per device of ``devs``; the first
+        entry's original build time and log go with it."""
+        try:
+            built = driver.from_binaries(ctx, devs, [e.binary or b"" for e in entries],
+                                         opts.effective, kernels)
+        except cl.Error as exc:
+            raise CorruptEntry(f"the driver refused the stored binary: {exc}") from None
+        return dataclasses.replace(built, build_ms=entries[0].build_ms,
+                                   log=entries[0].meta.build_log)
+
+    def _record(self, info: DeviceInfo, prep: _Prepared, t0: float, outcome: str,
+                built: driver.Built, *, saved: bool = False, note: str = "",
+                origin: str = "cell", log: str | None = None) -> Record:
+        """The trip's record for one device (the history takes it in ``_finish``)."""
+        return Record(
+            time=time.time(), outcome=outcome, kernels=list(built.names),
+            ms=(time.perf_counter() - t0) * 1000, build_ms=built.build_ms, device=info,
+            key=prep.key, options=prep.opts.effective, preview=prep.preview, source=prep.source,
+            source_bytes=len(prep.src), headers=prep.headers,
+            build_log=built.log if log is None else log, saved_to_store=saved, note=note,
+            origin=origin)
+
+    def _save(self, rec: Record, program: cl.Program, dev: cl.Device) -> tuple[bool, str]:
+        """Store the entry of ``rec``, with the binary ``program`` holds for ``dev``; returns
+        (saved, note)."""
         if self.store is None:
             return False, "cache off (memory only)"
-        entry = Entry.create(
-            prep.key, info.fingerprint, _binary_of(program, dev),
-            kernels=kernels, options=prep.opts.effective, device=info.device_name,
-            platform=info.platform_name, driver=info.driver_version,
-            device_version=info.device_version, platform_version=info.platform_version,
-            source_bytes=len(prep.src), build_ms=round(build_ms, 3), created=time.time(),
-            build_log=log, headers=[name for name, _ in prep.headers], origin=origin,
-        )
-        saved = self.store.put(entry)
-        return saved, "saved" if saved else f"not saved ({self.store.reason or 'store refused it'})"
+        saved = self.store.put(rec.entry(driver.binary_of(program, dev)))
+        return saved, "saved" if saved else (
+            f"not saved ({self.store.reason or 'store refused it'})")
 
     def _record_hit(self, fingerprint: str, key: str) -> None:
         """Count a store hit (MEMORY hits are not store hits: they live in the history only)."""
@@ -403,111 +395,6 @@ class Compiler:
         except Exception as exc:  # use counts are advisory; never fail a build over them
             warn_once(f"cache {self.store!r} could not count a hit ({exc})")
 
-    def _compile(self, ctx, devs: list, label: str, source: str, opts: BuildOptions,
-                 line_offset: int = 0, kernels: bool = True) -> _Loaded:
-        """Build from source for ``devs`` in one driver call."""
-        if not strip_comments(source).strip():  # checked here: a cached source has code
-            raise ClmagicError("the source holds only comments: nothing to compile")
-        prg = cl._cl._Program(ctx, source)
-        t = time.perf_counter()
-        try:
-            prg._build(options=opts.effective.encode(), devices=devs)
-        except cl.Error as exc:
-            log = "\n".join(filter(None, (_log_of(prg, d) for d in devs))) or str(exc)
-            raise BuildError(log, options=opts.effective, device=label,
-                             line_offset=line_offset) from None
-        build_ms = (time.perf_counter() - t) * 1000
-        return _loaded(ctx, prg, build_ms, "\n".join(filter(None, (_log_of(prg, d) for d in devs))),
-                       kernels)
-
-    def _load(self, ctx, devs: list, entries: list[Entry], opts: BuildOptions,
-              kernels: bool = True) -> _Loaded:
-        """The program made from the entries' binaries, one per device of ``devs``."""
-        try:
-            prg = cl._cl._Program(ctx, devs, [e.binary for e in entries])
-            prg._build(options=opts.effective.encode(), devices=devs)
-        except cl.Error as exc:
-            raise CorruptEntry(f"the driver refused the stored binary: {exc}") from None
-        log = entries[0].meta.build_log
-        return _loaded(ctx, prg, entries[0].build_ms, log, kernels)
-
-
-def _check_source(source: str | bytes) -> tuple[str, bytes]:
-    """The source as text and as UTF-8 bytes, or a one-line error saying why it cannot be."""
-    if isinstance(source, (bytes, bytearray, memoryview)):
-        src = bytes(source)
-        try:
-            text = src.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            line = src.count(b"\n", 0, exc.start) + 1
-            raise ClmagicError(
-                f"source is not UTF-8 text: byte 0x{src[exc.start]:02x} on line {line}"
-            ) from None
-    else:
-        text = str(source)
-        try:
-            src = text.encode("utf-8")
-        except UnicodeEncodeError as exc:
-            line = text.count("\n", 0, exc.start) + 1
-            raise ClmagicError(
-                f"source is not UTF-8 text: {text[exc.start]!r} on line {line}"
-            ) from None
-    if len(src) > MAX_SOURCE:
-        raise ClmagicError(
-            f"source is {len(src) / 2**20:.1f} MiB, over clmagic's {MAX_SOURCE >> 20} MiB limit "
-            "(clmagic.compiler.MAX_SOURCE); nothing compiled"
-        )
-    if "\0" in text:
-        line = text.count("\n", 0, text.index("\0")) + 1
-        raise ClmagicError(f"source holds a NUL character on line {line}")
-    if not text.strip():
-        raise ClmagicError("empty source: nothing to compile")
-    text = normalise_source(text)
-    return text, text.encode("utf-8")
-
-
-def _loaded(ctx, prg, build_ms: float, log: str, kernels: bool = True) -> _Loaded:
-    """``kernels=False`` makes no kernel objects (the pyopencl hook hands the program back
-    and pyopencl makes the kernels it needs)."""
-    program = cl.Program(prg)
-    if kernels:
-        made = {k.function_name: k for k in prg.all_kernels()}
-        names = list(made)
-    else:
-        made = {}
-        names = [n for n in str(prg.get_info(cl.program_info.KERNEL_NAMES)).split(";") if n]
-    return _Loaded(program, made, ctx, build_ms, (log or "").strip(), names)
-
 
 def _served_from(entry: Entry, store: Store | None) -> str:
     return f"from {entry.usage.store or (store.kind if store else '')} cache"
-
-
-def _log_of(prg, dev) -> str:
-    try:
-        return str(prg.get_build_info(dev, cl.program_build_info.LOG) or "").strip()
-    except cl.Error:
-        return ""
-
-
-def _binary_of(program: cl.Program | cl._cl._Program, dev: cl.Device) -> bytes:
-    devs = program.get_info(cl.program_info.DEVICES)
-    binaries = program.get_info(cl.program_info.BINARIES)
-    return bytes(binaries[devs.index(dev)])
-
-
-def normalise_source(source: str) -> str:
-    """Strip trailing whitespace from every line and end with one newline.
-
-    IPython does the same to a cell's blank lines, so the library and ``%%clkernel`` give the same
-    key for the same text; the driver receives exactly the normalised text (line numbers and
-    meaning are unchanged; a backslash continuation still continues)."""
-    return "\n".join(line.rstrip() for line in source.splitlines()) + "\n"
-
-
-def _preview(source: str, width: int = 60) -> str:
-    for line in source.splitlines():
-        line = line.strip()
-        if line and not line.startswith(("//", "/*", "*", "#")):
-            return line[:width]
-    return source.strip()[:width]

@@ -9,7 +9,8 @@ import dataclasses
 from typing import TYPE_CHECKING, Any
 
 from .entry import META_FIELDS, Usage
-from .manage import _compiler, device_fingerprints, entry_origin
+from ._session import or_default
+from .manage import device_fingerprints, entry_origin
 from .records import from_origin
 
 if TYPE_CHECKING:
@@ -69,7 +70,7 @@ def cache_frame(device: object = None, *, compiler: Compiler | None = None,
     package takes its modules). Binaries are not read.
     """
     if store is None:
-        store = _compiler(compiler).store
+        store = or_default(compiler).store
     entries = list(store.entries()) if store is not None else []
     if device is not None and device != "":
         fps = device_fingerprints(device, entries)
@@ -103,12 +104,13 @@ def history_frame(*, compiler: Compiler | None = None, origin: str | None = None
     ``pyopencl.Program.build`` under :func:`clmagic.install`); ``origin`` keeps only those trips.
     """
     cols: dict[str, list] = {name: [] for name in HISTORY_COLUMNS}
-    for r in _compiler(compiler).history.records:
+    for r in or_default(compiler).history.records:
         if not from_origin(r.origin, origin):
             continue
         row = {
             "time": r.time, "outcome": r.outcome, "kernels": ", ".join(r.kernels), "ms": r.ms,
-            "build_ms": r.build_ms, "saved_ms": r.saved_ms, "device": r.device, "key": r.key,
+            "build_ms": r.build_ms, "saved_ms": r.saved_ms, "device": r.device.label,
+            "key": r.key,
             "options": r.options, "preview": r.preview, "source": r.source,
             "saved": r.saved_to_store, "note": r.note, "origin": r.origin,
         }

@@ -4,6 +4,10 @@
 from __future__ import annotations
 
 import re
+from argparse import Namespace
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import pyopencl as cl
 from IPython.core.error import UsageError
@@ -11,14 +15,18 @@ from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 from traitlets import Bool, observe
 
+from . import manage
 from .compiler import BuildResult, Compiler
 from .config import warn
 from .errors import OptionsError
 
-__all__ = ["CLMagics", "split_opts", "CLCACHE_COMMANDS"]
+if TYPE_CHECKING:
+    from .store import Store
 
-CLCACHE_COMMANDS = ("stats", "history", "info", "clear", "widget", "export", "import", "install",
-                    "uninstall")
+__all__ = ["CLMagics", "split_opts", "CLCACHE", "CLCACHE_COMMANDS", "Subcommand"]
+
+_COMMANDS = ("stats", "history", "info", "clear", "widget", "export", "import", "install",
+             "uninstall")
 
 _OPTS = re.compile(r"(?:^|\s)--opts(?:=|\s+|$)")
 
@@ -137,7 +145,7 @@ class CLMagics(Magics):
 
 
     @magic_arguments()
-    @argument("command", nargs="?", metavar="COMMAND", choices=CLCACHE_COMMANDS,
+    @argument("command", nargs="?", metavar="COMMAND", choices=_COMMANDS,
               help="stats | history | info | clear | widget | export | import | install | "
                    "uninstall (none: the entries as a DataFrame).")
     @argument("keys", nargs="*", metavar="KEY_PREFIX",
@@ -173,54 +181,95 @@ class CLMagics(Magics):
 
         Each returns its object, so ``df = %clcache`` keeps the DataFrame.
         """
-        from . import manage
-
         try:
             args = parse_argstring(self.clcache, line)
         except UsageError as exc:
             raise OptionsError(str(exc)) from None
-        cmd = args.command
-        if cmd in ("install", "uninstall"):
-            if args.keys or args.older_than or args.device:
-                raise OptionsError(f"%clcache {cmd} takes no arguments")
-            self.cache_every_program = cmd == "install"
-            print("every pyopencl program built from source now goes through clmagic's cache "
-                  "(%clcache uninstall to stop)" if cmd == "install" else
-                  "pyopencl builds its programs its own way again")
-            return None
-        if cmd in ("export", "import"):
-            return self._bundle(cmd, args)
-        if cmd != "clear" and (args.keys or args.older_than):
+        sub = CLCACHE[args.command]
+        extra = {n for n in ("keys", "older_than", "device") if getattr(args, n)} - sub.takes
+        if sub.misuse and (extra or (sub.needs_path and len(args.keys) != 1)):
+            raise OptionsError(sub.misuse)
+        if extra & {"keys", "older_than"}:
             raise OptionsError("KEY_PREFIX and --older-than go with %clcache clear only")
-        if cmd not in (None, "clear") and args.device:
+        if extra:
             raise OptionsError("--device goes with %clcache (the DataFrame), clear and export")
-        if cmd is None:
-            from .frames import cache_frame
+        return sub.run(self, args)
 
-            return cache_frame(args.device, compiler=self.compiler)
-        if cmd == "stats":
-            return manage.stats(self.compiler)
-        if cmd == "history":
-            from .frames import history_frame
+    def _install(self, on: bool) -> None:
+        """``%clcache install`` / ``uninstall``: every pyopencl program through the cache."""
+        self.cache_every_program = on
+        print("every pyopencl program built from source now goes through clmagic's cache "
+              "(%clcache uninstall to stop)" if on else
+              "pyopencl builds its programs its own way again")
 
-            return history_frame(compiler=self.compiler)
-        if cmd == "info":
-            return manage.cache_info(self.compiler)
-        if cmd == "clear":
-            return manage.clear_cache(args.device, args.older_than, args.keys, self.compiler)
-        from .widget import CacheWidget
 
-        return CacheWidget(self.compiler)
+def _store_of(compiler: Compiler) -> Store:
+    if compiler.store is None:
+        raise OptionsError("the cache is off (memory only): set CLMAGIC_CACHE_DIR first")
+    return compiler.store
 
-    def _bundle(self, cmd: str, args):
-        from .bundle import export_bundle, import_bundle
 
-        if len(args.keys) != 1 or args.older_than or (cmd == "import" and args.device):
-            usage = "export PATH [--device SPEC]" if cmd == "export" else "import PATH"
-            raise OptionsError(f"usage: %clcache {usage}")
-        store = self.compiler.store
-        if store is None:
-            raise OptionsError("the cache is off (memory only): set CLMAGIC_CACHE_DIR first")
-        if cmd == "export":
-            return export_bundle(args.keys[0], device=args.device, store=store)
-        return import_bundle(args.keys[0], store=store)
+def _frame(m: CLMagics, a: Namespace) -> object:
+    from .frames import cache_frame
+
+    return cache_frame(a.device, compiler=m.compiler)
+
+
+def _history(m: CLMagics, a: Namespace) -> object:
+    from .frames import history_frame
+
+    return history_frame(compiler=m.compiler)
+
+
+def _widget(m: CLMagics, a: Namespace) -> object:
+    from .widget import CacheWidget
+
+    return CacheWidget(m.compiler)
+
+
+def _export(m: CLMagics, a: Namespace) -> object:
+    from .bundle import export_bundle
+
+    return export_bundle(a.keys[0], device=a.device, store=_store_of(m.compiler))
+
+
+def _import(m: CLMagics, a: Namespace) -> object:
+    from .bundle import import_bundle
+
+    return import_bundle(a.keys[0], store=_store_of(m.compiler))
+
+
+@dataclass(frozen=True)
+class Subcommand:
+    """One ``%clcache`` subcommand: what it runs, which arguments it takes (``keys``,
+    ``older_than``, ``device``), whether ``keys`` is one PATH, and the one line that answers
+    a misuse (when empty: which subcommands take the argument given)."""
+
+    run: Callable[[CLMagics, Namespace], object]
+    takes: frozenset[str] = frozenset()
+    misuse: str = ""
+    needs_path: bool = False
+
+
+#: ``%clcache`` subcommands (``None``: no subcommand, the entries as a DataFrame)
+CLCACHE: dict[str | None, Subcommand] = {
+    None: Subcommand(_frame, frozenset({"device"})),
+    "stats": Subcommand(lambda m, a: manage.stats(m.compiler)),
+    "history": Subcommand(_history),
+    "info": Subcommand(lambda m, a: manage.cache_info(m.compiler)),
+    "clear": Subcommand(lambda m, a: manage.clear_cache(a.device, a.older_than, a.keys,
+                                                       m.compiler),
+                        frozenset({"keys", "older_than", "device"})),
+    "widget": Subcommand(_widget),
+    "export": Subcommand(_export, frozenset({"keys", "device"}),
+                         "usage: %clcache export PATH [--device SPEC]", needs_path=True),
+    "import": Subcommand(_import, frozenset({"keys"}), "usage: %clcache import PATH",
+                         needs_path=True),
+    "install": Subcommand(lambda m, a: m._install(True),
+                          misuse="%clcache install takes no arguments"),
+    "uninstall": Subcommand(lambda m, a: m._install(False),
+                            misuse="%clcache uninstall takes no arguments"),
+}
+#: the subcommand names, in the order ``%clcache?`` lists them
+CLCACHE_COMMANDS = tuple(name for name in CLCACHE if name)
+assert CLCACHE_COMMANDS == _COMMANDS, "the argument parser's choices are the table's names"

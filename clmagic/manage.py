@@ -7,7 +7,6 @@ they are the library under ``%clcache`` and the cache widget.
 
 from __future__ import annotations
 
-import html
 import re
 import time
 from collections.abc import Iterable
@@ -15,9 +14,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from . import devices as _devices
+from ._session import or_default
 from .errors import DeviceError, OptionsError
 from .records import DeviceUsage, Stats, from_origin
-from .report import fmt_bytes
+from .report import info_html, info_text, removed_html, removed_text
 
 if TYPE_CHECKING:
     from .compiler import Compiler
@@ -31,14 +31,6 @@ __all__ = ["parse_age", "device_fingerprints", "select_entries", "remove_entries
 _AGE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d|w)\s*$", re.IGNORECASE)
 _UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 _HEX = re.compile(r"^[0-9a-f]{1,64}$")
-
-
-def _compiler(compiler: Compiler | None) -> Compiler:
-    if compiler is not None:
-        return compiler
-    from ._session import get_compiler
-
-    return get_compiler()
 
 
 def parse_age(text: str) -> float:
@@ -120,19 +112,17 @@ class Removed:
     keys: list[str] = field(default_factory=list)
 
     def __str__(self) -> str:
-        where = f" from {self.location}" if self.location else ""
-        s = "y" if self.entries == 1 else "ies"
-        return f"removed {self.entries} entr{s} ({fmt_bytes(self.bytes)}){where}"
+        return removed_text(self)
 
     __repr__ = __str__
 
     def _repr_html_(self) -> str:
-        return f'<div class="clmagic-removed">{html.escape(str(self))}</div>'
+        return removed_html(self)
 
 
 def remove_entries(entries: Iterable[Entry], compiler: Compiler | None = None) -> Removed:
     """Delete these entries from the store and from memory; count what went."""
-    c = _compiler(compiler)
+    c = or_default(compiler)
     out = Removed(location=_where(c.store))
     if c.store is None:
         return out
@@ -149,7 +139,7 @@ def clear_cache(device: object = None, older_than: str | float | None = None,
                 keys: Iterable[str] = (), compiler: Compiler | None = None) -> Removed:
     """Remove the entries that match every filter given (all entries when none is), from the
     store and from this process's memory; says how many entries and bytes went."""
-    c = _compiler(compiler)
+    c = or_default(compiler)
     keys = list(keys)
     if c.store is None:
         return Removed(location=_where(None))
@@ -185,7 +175,7 @@ def stats(compiler: Compiler | None = None, origin: str | None = None) -> Stats:
     """This session's hits, misses, memory hits, corrupt entries, hit rate and time saved, with
     the entries and bytes the store holds per device; ``origin`` counts only the trips of that
     origin (``cell``, a module such as ``pyopencl.elementwise``, or a package: ``silx``)."""
-    c = _compiler(compiler)
+    c = or_default(compiler)
     records = [r for r in c.history.records if from_origin(r.origin, origin)]
     return Stats.of(records, location=_where(c.store), devices=usage(c.store))
 
@@ -204,29 +194,17 @@ class CacheInfo:
     devices: list[tuple[DeviceInfo, DeviceUsage | None]]
 
     def __str__(self) -> str:
-        state = "" if self.writable or self.kind == "none" else f" (read-only: {self.reason})"
-        lines = [f"cache:   {self.location} ({self.kind}){state}",
-                 f"record:  {self.record}"]
-        lines += [f"env:     {k}={v}" for k, v in sorted(self.env.items())] or ["env:     (none)"]
-        for info, use in self.devices:
-            mark = "*" if info.fingerprint == self.active else " "
-            held = f"{use.entries} entries, {fmt_bytes(use.bytes)}" if use else "no entries"
-            if not info.usable:
-                held += f" · cannot build here: {info.problem}"
-            lines.append(f"{mark} {info.spec:<5} {info.type:<5} {info.platform_name} · "
-                         f"{info.device_name} · driver {info.driver_version} · "
-                         f"{info.fingerprint} · {held}")
-        return "\n".join(lines)
+        return info_text(self)
 
     __repr__ = __str__
 
     def _repr_html_(self) -> str:
-        return f'<pre class="clmagic-info">{html.escape(str(self))}</pre>'
+        return info_html(self)
 
 
 def cache_info(compiler: Compiler | None = None) -> CacheInfo:
     """Describe the cache of ``compiler`` (active device marked ``*`` in the text form)."""
-    c = _compiler(compiler)
+    c = or_default(compiler)
     store = c.store
     per = {d.fingerprint: d for d in usage(store)}
     infos: list[DeviceInfo] = []

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .manage import _compiler
+from ._session import or_default
 from .records import Outcome
 from .report import COLOURS, fmt_duration
 
@@ -21,7 +21,7 @@ def plot_history(*, compiler: Compiler | None = None, ax: Any = None) -> Any:
 
     Draws on ``ax`` when given, else on a new pyplot figure; returns the figure.
     """
-    records = _compiler(compiler).history.records
+    records = or_default(compiler).history.records
     if ax is None:
         import matplotlib.pyplot as plt
 

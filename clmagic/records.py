@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
-import time
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from .entry import Entry
+from .report import stats_html, stats_text
+
+if TYPE_CHECKING:
+    from .devices import DeviceInfo
 
 __all__ = ["Outcome", "Record", "History", "Stats", "DeviceUsage", "from_origin"]
 
@@ -21,21 +28,25 @@ class Outcome:
     ALL = (MISS, HIT, MEMORY, CORRUPT, BYPASS)
 
 
-@dataclass
+@dataclass(frozen=True)
 class Record:
-    """One build trip."""
+    """One build trip: what was built, for which device and key, how it ended and how long it
+    took. The history keeps it, the result under the cell shows it (``BuildResult.record``),
+    and the entry saved for a MISS is made from it (:meth:`entry`)."""
 
     time: float
     outcome: str
     kernels: list[str]
     ms: float
     build_ms: float
-    device: str
-    fingerprint: str
+    device: DeviceInfo
     key: str
     options: str
     preview: str
     source: str | None = None
+    source_bytes: int = 0
+    headers: tuple[str, ...] = ()
+    build_log: str = ""
     saved_to_store: bool = False
     note: str = ""
     #: who asked for the build: ``cell`` (``%%clkernel`` or :func:`clmagic.build`), else the
@@ -43,11 +54,26 @@ class Record:
     origin: str = "cell"
 
     @property
+    def fingerprint(self) -> str:
+        """The device fingerprint."""
+        return self.device.fingerprint
+
+    @property
     def saved_ms(self) -> float:
         """Build time avoided by this trip (0 for a build)."""
         if self.outcome in (Outcome.HIT, Outcome.MEMORY):
             return max(self.build_ms - self.ms, 0.0)
         return 0.0
+
+    def entry(self, binary: bytes) -> Entry:
+        """The store entry of this trip's build (``binary`` read out of the driver)."""
+        d = self.device
+        return Entry.create(
+            self.key, d.fingerprint, binary, kernels=self.kernels, options=self.options,
+            device=d.device_name, platform=d.platform_name, driver=d.driver_version,
+            device_version=d.device_version, platform_version=d.platform_version,
+            source_bytes=self.source_bytes, build_ms=round(self.build_ms, 3), created=self.time,
+            build_log=self.build_log, headers=list(self.headers), origin=self.origin)
 
 
 @dataclass
@@ -61,8 +87,8 @@ class History:
 
     def add(self, record: Record) -> Record:
         """Append a record (dropping its source unless the record level is ``full``)."""
-        if not self.keep_source:
-            record.source = None
+        if not self.keep_source and record.source is not None:
+            record = dataclasses.replace(record, source=None)
         self.records.append(record)
         self.event(record.outcome, record.key, record.kernels, count=True,
                    detail=f"{record.ms:.1f} ms")
@@ -96,11 +122,6 @@ def from_origin(origin: str, wanted: str | None) -> bool:
     return wanted is None or origin == wanted or origin.startswith(wanted + ".")
 
 
-def now() -> float:
-    """Wall-clock time for records."""
-    return time.time()
-
-
 @dataclass
 class DeviceUsage:
     """What one device's entries take in the store."""
@@ -130,7 +151,7 @@ class Stats:
     devices: list[DeviceUsage] = field(default_factory=list)
 
     @classmethod
-    def of(cls, records: list[Record], **kwargs) -> Stats:
+    def of(cls, records: list[Record], **kwargs: Any) -> Stats:
         """Count ``records`` (other fields from ``kwargs``)."""
         n = Counter(r.outcome for r in records)
         return cls(hits=n[Outcome.HIT], misses=n[Outcome.MISS], memory=n[Outcome.MEMORY],
@@ -154,11 +175,7 @@ class Stats:
         return sum(d.bytes for d in self.devices)
 
     def __str__(self) -> str:
-        from .report import stats_text
-
         return stats_text(self)
 
     def _repr_html_(self) -> str:
-        from .report import stats_html
-
         return stats_html(self)

@@ -1,16 +1,28 @@
-"""How a build result looks under a cell: one line of text, and the same line in HTML."""
+"""Every rendering clmagic shows, as text and as HTML: the line under a cell, the statistics,
+what a clear removed, where the cache is, entry rows of the cache panel, bundle reports.
+
+It imports nothing of clmagic at run time (the types below are for the checker only), so every
+layer may use it and it depends on none.
+"""
 
 from __future__ import annotations
 
 import html
+import time
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from .bundle import BundleReport, ImportReport
     from .compiler import BuildResult
+    from .devices import DeviceInfo
+    from .entry import Entry
+    from .manage import CacheInfo, Removed
     from .records import Stats
 
 __all__ = ["result_text", "result_html", "stats_text", "stats_html", "fmt_bytes", "fmt_duration",
-           "COLOURS"]
+           "COLOURS", "removed_text", "removed_html", "info_text", "info_html", "ENTRY_HEAD",
+           "entry_line", "panel_status_html", "device_option", "export_text", "export_html", "import_text",
+           "import_html"]
 
 COLOURS = {
     "MISS": "#c0392b",
@@ -131,3 +143,109 @@ def stats_html(s: Stats) -> str:
         "<table><tr><th>device</th><th>fingerprint</th><th>entries</th><th>size</th>"
         f"<th>hits</th></tr>{devs}</table></div>"
     )
+
+
+# -- cache management: what a clear removed, where the cache is -----------------------------
+
+def removed_text(r: Removed) -> str:
+    """``removed 3 entries (12.3 KB) from directory cache /path``."""
+    where = f" from {r.location}" if r.location else ""
+    s = "y" if r.entries == 1 else "ies"
+    return f"removed {r.entries} entr{s} ({fmt_bytes(r.bytes)}){where}"
+
+
+def removed_html(r: Removed) -> str:
+    return f'<div class="clmagic-removed">{html.escape(removed_text(r))}</div>'
+
+
+def info_text(i: CacheInfo) -> str:
+    """Where the cache is, the record level, the variables in effect, one line per device
+    (``*`` marks the active one) with what the store holds for it."""
+    state = "" if i.writable or i.kind == "none" else f" (read-only: {i.reason})"
+    lines = [f"cache:   {i.location} ({i.kind}){state}", f"record:  {i.record}"]
+    lines += [f"env:     {k}={v}" for k, v in sorted(i.env.items())] or ["env:     (none)"]
+    for info, use in i.devices:
+        mark = "*" if info.fingerprint == i.active else " "
+        held = f"{use.entries} entries, {fmt_bytes(use.bytes)}" if use else "no entries"
+        if not info.usable:
+            held += f" · cannot build here: {info.problem}"
+        lines.append(f"{mark} {info.spec:<5} {info.type:<5} {info.platform_name} · "
+                     f"{info.device_name} · driver {info.driver_version} · "
+                     f"{info.fingerprint} · {held}")
+    return "\n".join(lines)
+
+
+def info_html(i: CacheInfo) -> str:
+    return f'<pre class="clmagic-info">{html.escape(info_text(i))}</pre>'
+
+
+# -- the cache panel: device choices, entry rows, status ------------------------------------
+
+def device_option(info: DeviceInfo) -> str:
+    """A device as the panel offers it; one that cannot build here says so, and why."""
+    text = f"{info.platform_name} · {info.device_name}"
+    return text if info.usable else f"{text} · cannot build here: {info.problem}"
+
+
+#: the header over :func:`entry_line` rows
+ENTRY_HEAD = (f"{'kernels':<28} {'options':<22} {'binary':>9} {'build':>10} {'hits':>5}  "
+              "last used")
+
+
+def entry_line(e: Entry) -> str:
+    """One entry as a fixed-width row: kernels, options, binary size, build time, hits, last
+    use (local time)."""
+    m = e.meta
+    kernels = ", ".join(m.kernels) or "(none)"
+    opts = m.options or "-"
+    used = time.strftime("%Y-%m-%d %H:%M", time.localtime(e.last_used))
+    return (f"{kernels[:28]:<28} {opts[:22]:<22} {fmt_bytes(m.binary_bytes):>9} "
+            f"{m.build_ms:>7.1f} ms {e.usage.hits:>5}  {used}")
+
+
+def panel_status_html(entries: list[Entry], s: Stats, where: str) -> str:
+    """The panel's status line: entries and MB of the device, the session's hit rate and time
+    saved, and where the store is."""
+    size = sum(e.usage.stored_bytes for e in entries)
+    return (f"<b>{len(entries)}</b> entries · <b>{size / 1e6:.2f} MB</b> · hit rate "
+            f"<b>{_rate(s)}</b> · <b>{fmt_duration(s.saved_ms)}</b> saved this session · "
+            f"<code>{html.escape(where)}</code>")
+
+
+# -- bundles ---------------------------------------------------------------------------------
+
+def export_text(r: BundleReport) -> str:
+    devs = ", ".join(f"{d['device']} ({d['entries']})" for d in r.devices) or "no devices"
+    bad = f", {r.failed} damaged entries left out" if r.failed else ""
+    return f"exported {r.entries} entries ({r.bytes:,} bytes) to {r.path}: {devs}{bad}"
+
+
+def export_html(r: BundleReport) -> str:
+    rows = "".join(
+        f"<tr><td>{html.escape(d['device'])}</td><td><code>{d['fingerprint']}</code></td>"
+        f"<td>{d['entries']}</td></tr>" for d in r.devices)
+    return (f"<div class='clmagic-bundle'><b>exported {r.entries} entries</b> "
+            f"({r.bytes:,} bytes) to <code>{html.escape(r.path)}</code>"
+            f"<table><tr><th>device</th><th>fingerprint</th><th>entries</th></tr>{rows}"
+            "</table></div>")
+
+
+def import_text(r: ImportReport) -> str:
+    text = (f"imported {r.imported}, skipped {r.skipped} (already cached), "
+            f"failed {r.failed} from {r.path}")
+    for fp, d in r.missing_devices.items():
+        text += f"\n  {d['entries']} entries for {d['device']} ({fp}): not on this machine"
+    for reason in r.reasons[:5]:
+        text += f"\n  failed: {reason}"
+    return text
+
+
+def import_html(r: ImportReport) -> str:
+    extra = "".join(
+        f"<li>{d['entries']} entries for {html.escape(d['device'])} "
+        f"(<code>{fp}</code>): not on this machine</li>"
+        for fp, d in r.missing_devices.items())
+    extra += "".join(f"<li>failed: {html.escape(reason)}</li>" for reason in r.reasons[:5])
+    return (f"<div class='clmagic-bundle'><b>imported {r.imported}</b>, skipped "
+            f"{r.skipped} (already cached), failed {r.failed} from "
+            f"<code>{html.escape(r.path)}</code><ul>{extra}</ul></div>")

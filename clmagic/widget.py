@@ -9,16 +9,16 @@ import functools
 import html
 import importlib.util
 import io
-import time
 from typing import TYPE_CHECKING
 
 import ipywidgets as w
 
 from . import devices as _devices
+from ._session import or_default
 from .errors import DeviceError
-from .manage import _compiler, clear_cache, entry_origin, remove_entries
+from .manage import clear_cache, entry_origin, remove_entries
 from .records import Stats, from_origin
-from .report import fmt_bytes, fmt_duration
+from .report import ENTRY_HEAD, device_option, entry_line, panel_status_html
 
 if TYPE_CHECKING:
     from .compiler import Compiler
@@ -26,24 +26,8 @@ if TYPE_CHECKING:
 
 __all__ = ["CacheWidget"]
 
-_HEAD = f"{'kernels':<28} {'options':<22} {'binary':>9} {'build':>10} {'hits':>5}  last used"
 _STYLE = ("<style>.clmagic-table select{font-family:monospace;font-size:12px}"
           ".clmagic-head{font-family:monospace;font-size:12px;white-space:pre}</style>")
-
-
-def _row(e: Entry) -> str:
-    m = e.meta
-    kernels = ", ".join(e.kernels) or "(none)"
-    opts = m.options or "-"
-    used = time.strftime("%Y-%m-%d %H:%M", time.localtime(e.last_used))
-    return (f"{kernels[:28]:<28} {opts[:22]:<22} {fmt_bytes(m.binary_bytes):>9} "
-            f"{m.build_ms:>7.1f} ms {e.usage.hits:>5}  {used}")
-
-
-def _device_label(info: _devices.DeviceInfo) -> str:
-    """The dropdown's text for a device; one that cannot build here says so, and why."""
-    text = f"{info.platform_name} · {info.device_name}"
-    return text if info.usable else f"{text} · cannot build here: {info.problem}"
 
 
 def _guard(method):
@@ -77,7 +61,7 @@ class CacheWidget(w.VBox):
     """
 
     def __init__(self, compiler: Compiler | None = None, plot: bool | None = None):
-        self.compiler = _compiler(compiler)
+        self.compiler = or_default(compiler)
         self.last_error: Exception | None = None
         self._armed = False
         self._updating = False
@@ -88,13 +72,13 @@ class CacheWidget(w.VBox):
         except DeviceError:  # no device can build here: show the first one's entries
             current = infos[0].spec
         self.device = w.Dropdown(
-            options=[(_device_label(i), i.spec) for i in infos],
+            options=[(device_option(i), i.spec) for i in infos],
             value=current, description="device",
             layout=w.Layout(width="max-content"),
         )
         self.origin = w.Dropdown(options=[("all origins", "")], value="",
                                  description="origin", layout=w.Layout(width="max-content"))
-        self.header = w.HTML(f'{_STYLE}<div class="clmagic-head">{html.escape(_HEAD)}</div>')
+        self.header = w.HTML(f'{_STYLE}<div class="clmagic-head">{html.escape(ENTRY_HEAD)}</div>')
         self.table = w.SelectMultiple(options=[], rows=10, layout=w.Layout(width="100%"))
         self.table.add_class("clmagic-table")
         self.refresh_button = w.Button(description="Refresh", icon="refresh")
@@ -146,18 +130,12 @@ class CacheWidget(w.VBox):
         entries.sort(key=lambda e: e.last_used, reverse=True)
         self._entries = {e.key: e for e in entries}
         keep = [k for k in self.table.value if k in self._entries]
-        self.table.options = [(_row(e), e.key) for e in entries]
+        self.table.options = [(entry_line(e), e.key) for e in entries]
         self.table.value = tuple(keep)
         # the session (no second store listing), of the chosen origin
         s = Stats.of([r for r in records if from_origin(r.origin, wanted)])
-        rate = "n/a" if s.hit_rate is None else f"{s.hit_rate:.0%}"
-        size = sum(e.usage.stored_bytes for e in entries)
         where = store.location if store is not None else "memory only (nothing stored)"
-        self.status.value = (
-            f"<b>{len(entries)}</b> entries · <b>{size / 1e6:.2f} MB</b> · hit rate <b>{rate}</b>"
-            f" · <b>{fmt_duration(s.saved_ms)}</b> saved this session · "
-            f"<code>{html.escape(where)}</code>"
-        )
+        self.status.value = panel_status_html(entries, s, where)
         if self._with_plot:
             self._draw()
 

@@ -1,0 +1,64 @@
+"""A source before it is keyed: checked (UTF-8, no NUL, not empty, bounded), normalised the way
+IPython normalises a cell, and its one-line preview for the history."""
+
+from __future__ import annotations
+
+from .errors import ClmagicError
+
+__all__ = ["MAX_SOURCE", "check_source", "normalise_source", "preview"]
+
+#: the largest source accepted, in bytes (a bigger cell is almost surely a pasting accident)
+MAX_SOURCE = 4 << 20
+
+
+def check_source(source: str | bytes) -> tuple[str, bytes]:
+    """The source as normalised text and as its UTF-8 bytes, or a one-line error saying why it
+    cannot be compiled."""
+    if isinstance(source, bytes | bytearray | memoryview):
+        src = bytes(source)
+        try:
+            text = src.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            line = src.count(b"\n", 0, exc.start) + 1
+            raise ClmagicError(
+                f"source is not UTF-8 text: byte 0x{src[exc.start]:02x} on line {line}"
+            ) from None
+    else:
+        text = str(source)
+        try:
+            src = text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            line = text.count("\n", 0, exc.start) + 1
+            raise ClmagicError(
+                f"source is not UTF-8 text: {text[exc.start]!r} on line {line}"
+            ) from None
+    if len(src) > MAX_SOURCE:
+        raise ClmagicError(
+            f"source is {len(src) / 2**20:.1f} MiB, over clmagic's {MAX_SOURCE >> 20} MiB limit "
+            "(clmagic.source.MAX_SOURCE); nothing compiled"
+        )
+    if "\0" in text:
+        line = text.count("\n", 0, text.index("\0")) + 1
+        raise ClmagicError(f"source holds a NUL character on line {line}")
+    if not text.strip():
+        raise ClmagicError("empty source: nothing to compile")
+    text = normalise_source(text)
+    return text, text.encode("utf-8")
+
+
+def normalise_source(source: str) -> str:
+    """Strip trailing whitespace from every line and end with one newline.
+
+    IPython does the same to a cell's blank lines, so the library and ``%%clkernel`` give the same
+    key for the same text; the driver receives exactly the normalised text (line numbers and
+    meaning are unchanged; a backslash continuation still continues)."""
+    return "\n".join(line.rstrip() for line in source.splitlines()) + "\n"
+
+
+def preview(source: str, width: int = 60) -> str:
+    """The first line of code (not a comment or directive), cut to ``width``."""
+    for line in source.splitlines():
+        line = line.strip()
+        if line and not line.startswith(("//", "/*", "*", "#")):
+            return line[:width]
+    return source.strip()[:width]
