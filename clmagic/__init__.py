@@ -9,6 +9,9 @@ Library use, no IPython needed::
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any, cast
+
 from ._session import get_compiler, reset
 from ._version import __version__
 from .compiler import BuildResult, Compiler
@@ -18,6 +21,9 @@ from .entry import Entry, EntryMeta, Usage
 from .errors import BuildError, ClmagicError, CorruptEntry, DeviceError, OptionsError
 from .records import Outcome, Stats
 from .store import DirectoryStore, Store, open_store
+
+if TYPE_CHECKING:
+    from IPython.core.interactiveshell import InteractiveShell
 
 __all__ = [
     "build",
@@ -86,7 +92,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> Any:
     if name in _LAZY:
         import importlib
 
@@ -100,8 +106,8 @@ def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_LAZY))
 
 
-def build(source: str, options: str | list[str] | None = None, device: object = None,
-          **kwargs) -> BuildResult:
+def build(source: str | bytes, options: str | Iterable[str] | None = None, device: object = None,
+          **kwargs: Any) -> BuildResult:
     """Build OpenCL C ``source`` through the cache; see :meth:`Compiler.build`."""
     return get_compiler().build(source, options, device, **kwargs)
 
@@ -122,15 +128,17 @@ def uninstall() -> bool:
     return _uninstall()
 
 
-def load_ipython_extension(ip) -> None:
+def load_ipython_extension(ip: InteractiveShell) -> None:
     """``%load_ext clmagic``: register the magics (configurable with ``%config CLMagics``)."""
     from .magics import CLMagics
 
     magics = CLMagics(shell=ip)
     ip.register_magics(magics)
-    if magics not in ip.configurables:
-        ip.configurables.append(magics)
+    # IPython's list is inferred from ``[self]`` as a list of shells; it holds any Configurable
+    configurables = cast("list[object]", ip.configurables)
+    if magics not in configurables:
+        configurables.append(magics)
 
 
-def unload_ipython_extension(ip) -> None:
+def unload_ipython_extension(ip: InteractiveShell) -> None:
     """``%unload_ext clmagic``: nothing to tear down; kept for symmetry."""

@@ -98,7 +98,8 @@ def export_bundle(path: str | os.PathLike[str], device: object = None,
         raise ClmagicError(f"cannot write the bundle {path}: {exc}") from None
 
 
-def _export(path, device, kernels, store, overwrite) -> BundleReport:
+def _export(path: str | os.PathLike[str], device: object, kernels: str | list[str] | None,
+            store: Store | None, overwrite: bool) -> BundleReport:
     source = _store(store)
     target = Path(path)
     if target.exists() and not overwrite:
@@ -107,7 +108,7 @@ def _export(path, device, kernels, store, overwrite) -> BundleReport:
     if device is not None:
         from .devices import resolve_device
 
-        fingerprint = resolve_device(device)[0].fingerprint  # type: ignore[arg-type]
+        fingerprint = resolve_device(device)[0].fingerprint
     wanted = {kernels} if isinstance(kernels, str) else set(kernels or ())
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")

@@ -12,7 +12,7 @@ import dataclasses
 import os
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import pyopencl as cl
@@ -33,8 +33,14 @@ from .store import Store, store_for
 
 __all__ = ["Compiler", "BuildResult", "ProgramBuild", "MAX_SOURCE", "normalise_source"]
 
-_DEFAULT_STORE = object()
+class _Default:
+    """The store the settings ask for (the default of ``Compiler(store=...)``)."""
+
+
+_DEFAULT_STORE = _Default()
 _PREPARED_MAX = 512
+#: build options as callers give them (``BuildOptions``: already exact, from the pyopencl hook)
+_Options = str | Iterable[str] | BuildOptions | None
 _PROGRAMS_MAX = 256
 
 
@@ -78,11 +84,11 @@ class Compiler:
     """
 
     def __init__(
-        self, settings: Settings | None = None, store: Store | None | object = _DEFAULT_STORE
+        self, settings: Settings | None = None, store: Store | None | _Default = _DEFAULT_STORE
     ):
         self.settings = settings or Settings.from_env()
-        self.store: Store | None = (store_for(self.settings) if store is _DEFAULT_STORE
-                                    else store)  # type: ignore[assignment]
+        self.store: Store | None = (store_for(self.settings) if isinstance(store, _Default)
+                                    else store)
         self.history = History(
             debug=self.settings.debug, keep_source=self.settings.record == "full"
         )
@@ -99,12 +105,12 @@ class Compiler:
         """The device for a build: ``device`` if given, else the selected/default device."""
         if device is None or device == "":
             return _devices.default_device(self.device_spec)
-        return _devices.resolve_device(device)  # type: ignore[arg-type]
+        return _devices.resolve_device(device)
 
     def select_device(self, spec: object) -> DeviceInfo:
         """Make ``spec`` the device for the following builds; drops in-memory programs of the
         previous device (as an environment switch should)."""
-        info, _ = _devices.resolve_device(spec)  # type: ignore[arg-type]
+        info, _ = _devices.resolve_device(spec)
         try:
             old: DeviceInfo | None = self.resolve()[0]
         except DeviceError:  # the previous choice was unusable: nothing of it in memory
@@ -130,7 +136,7 @@ class Compiler:
 
     # -- the trip -----------------------------------------------------------------------------
 
-    def key(self, source: str | bytes, options: str | list[str] | None = None,
+    def key(self, source: str | bytes, options: str | Iterable[str] | None = None,
             device: object = None) -> str:
         """The cache key :meth:`build` would use for these arguments (nothing is built)."""
         return self._prepare(source, options, self.resolve(device)[0]).key
@@ -138,7 +144,7 @@ class Compiler:
     def build(
         self,
         source: str | bytes,
-        options: str | list[str] | None = None,
+        options: str | Iterable[str] | None = None,
         device: object = None,
         *,
         context: cl.Context | None = None,
@@ -179,7 +185,7 @@ class Compiler:
         note = f"not cached: {why}" if why else "cache bypassed"
         return self._finish(trip, Outcome.BYPASS, built, note=note)
 
-    def _start(self, source: str | bytes, options: object, device: object,
+    def _start(self, source: str | bytes, options: _Options, device: object,
                context: cl.Context | None, line_offset: int) -> _Trip:
         """The device (or the caller's single-device context), its context and queue, and the
         prepared source; the trip's clock starts after the one-time context creation."""
@@ -206,7 +212,7 @@ class Compiler:
             else:
                 with self._lock:
                     self._memory[trip.memo] = built
-                self._record_hit(*trip.memo)
+                self._record_hit(self.store, *trip.memo)
                 return built, Outcome.HIT, _served_from(entry, self.store)
         return None, Outcome.CORRUPT if corrupt else Outcome.MISS, ""
 
@@ -273,7 +279,7 @@ class Compiler:
             else:
                 self._remember(keys, built)
                 for fp, key in keys:
-                    self._record_hit(fp, key)
+                    self._record_hit(self.store, fp, key)
                 return finish(Outcome.HIT, built, note=_served_from(entries[0], self.store))
 
         built = self._compile(context, devs, label, preps[0], kernels=False)
@@ -289,22 +295,22 @@ class Compiler:
 
     # -- the steps ------------------------------------------------------------------------------
 
-    def _prepare(self, source: str | bytes, options: object, info: DeviceInfo) -> _Prepared:
+    def _prepare(self, source: str | bytes, options: _Options, info: DeviceInfo) -> _Prepared:
         """Check and normalise the source, parse the options, find headers, hash the key.
 
         Remembered for sources that include nothing, whose key depends on the arguments alone
         (a re-run cell then costs a dict lookup: 0.36 ms → µs on the H200 host for silx code).
         """
-        if not isinstance(options, (str, type(None), BuildOptions)):
-            options = tuple(options)  # type: ignore[call-overload]  # hashable, read once
+        if not isinstance(options, str | None | BuildOptions):
+            options = tuple(options)  # hashable, and a generator is read once
         if isinstance(source, bytearray | memoryview):
             source = bytes(source)
-        memo = (source, options, info.fingerprint)
+        memo: tuple[object, ...] = (source, options, info.fingerprint)
         prepared = self._prepared.get(memo)
         if prepared is not None:
             return prepared
         text, src = check_source(source)
-        opts = parse_options(options)  # type: ignore[arg-type]
+        opts = parse_options(options)
         try:
             headers = find_headers(text, opts.include_dirs, os.getcwd())
             unkeyable = ""
@@ -388,12 +394,14 @@ class Compiler:
         return saved, "saved" if saved else (
             f"not saved ({self.store.reason or 'store refused it'})")
 
-    def _record_hit(self, fingerprint: str, key: str) -> None:
+    @staticmethod
+    def _record_hit(store: Store | None, fingerprint: str, key: str) -> None:
         """Count a store hit (MEMORY hits are not store hits: they live in the history only)."""
         try:
-            self.store.record_hit(fingerprint, key)  # type: ignore[union-attr]
+            if store is not None:
+                store.record_hit(fingerprint, key)
         except Exception as exc:  # use counts are advisory; never fail a build over them
-            warn_once(f"cache {self.store!r} could not count a hit ({exc})")
+            warn_once(f"cache {store!r} could not count a hit ({exc})")
 
 
 def _served_from(entry: Entry, store: Store | None) -> str:

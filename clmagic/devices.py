@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import hashlib
 import threading
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 
 import pyopencl as cl
 
+from . import driver
 from .errors import DeviceError
 
 __all__ = [
@@ -156,10 +158,10 @@ def default_device(preferred: str | None = None) -> tuple[DeviceInfo, cl.Device]
         f"{info.spec} {info.label}: {build_problem(info)}" for info, _ in ranked))
 
 
-def resolve_device(spec: str | int | cl.Device | DeviceInfo | None) -> tuple[DeviceInfo, cl.Device]:
+def resolve_device(spec: object) -> tuple[DeviceInfo, cl.Device]:
     """Find a device from a spec: ``"P:D"``, ``"P"``, a case-insensitive substring of
     ``"platform device"`` or of the label (so ``"pocl"`` works), a fingerprint, a pyopencl
-    device or a :class:`DeviceInfo`. A substring that several devices match picks the first one
+    device or a :class:`DeviceInfo` (anything else is read as its text). A substring that several devices match picks the first one
     that can build here (the first match when none can)."""
     inv = _inventory()
     if spec is None:
@@ -194,7 +196,7 @@ def resolve_device(spec: str | int | cl.Device | DeviceInfo | None) -> tuple[Dev
     raise DeviceError(f"no OpenCL device matches {text!r}; {_choices(inv)}")
 
 
-def _choices(inv) -> str:
+def _choices(inv: Iterable[tuple[DeviceInfo, cl.Device]]) -> str:
     return "devices: " + ", ".join(f"{i.spec} {i.platform_name} · {i.device_name}" for i, _ in inv)
 
 
@@ -271,22 +273,8 @@ def _probe(info: DeviceInfo) -> str | None:
         ctx = context_for(info, device)[0]
     except cl.Error as exc:
         return f"no context: {_first_line(str(exc))}"
-    program = cl._cl._Program(ctx, PROBE_SOURCE)
-    try:  # the compiler alone: cheaper than a build, and where an unknown CPU fails
-        program.compile(options=b"", devices=[device])
-        return None
-    except cl.Error:
-        pass
-    program = cl._cl._Program(ctx, PROBE_SOURCE)
-    try:  # e.g. a driver without clCompileProgram: a whole build decides
-        program._build(options=b"", devices=[device])
-        return None
-    except cl.Error as exc:
-        try:
-            log = program.get_build_info(device, cl.program_build_info.LOG)
-        except cl.Error:
-            log = ""
-        return _first_error(log) or _first_line(str(exc))
+    said = driver.probe(ctx, device, PROBE_SOURCE)
+    return None if said is None else _first_error(said) or _first_line(said)
 
 
 def _first_line(text: str) -> str:

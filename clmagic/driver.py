@@ -25,11 +25,12 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import pyopencl as cl
 
-__all__ = ["Built", "BuildFailed", "from_source", "from_binaries", "binary_of", "build_log"]
+__all__ = ["Built", "BuildFailed", "from_source", "from_binaries", "binary_of", "build_log",
+           "probe"]
 
 
 @dataclass(frozen=True)
@@ -92,6 +93,24 @@ def _logs(prg: Any, devs: Sequence[cl.Device]) -> str:
     return "\n".join(filter(None, (build_log(prg, d) for d in devs)))
 
 
+def probe(ctx: cl.Context, dev: cl.Device, source: str) -> str | None:
+    """Whether the driver can compile ``source`` for ``dev``: ``None``, else its build log (or
+    error). The compiler alone first (cheaper than a build, and where an unknown CPU fails);
+    for a driver without ``clCompileProgram``, a whole build decides."""
+    program = cl._cl._Program(ctx, source)
+    try:
+        program.compile(options=b"", devices=[dev])
+        return None
+    except cl.Error:
+        pass
+    program = cl._cl._Program(ctx, source)
+    try:
+        program._build(options=b"", devices=[dev])
+        return None
+    except cl.Error as exc:
+        return build_log(program, dev) or str(exc)
+
+
 def build_log(prg: Any, dev: cl.Device) -> str:
     """The driver's build log for ``dev`` (empty when it has none or cannot say)."""
     try:
@@ -102,6 +121,6 @@ def build_log(prg: Any, dev: cl.Device) -> str:
 
 def binary_of(program: Any, dev: cl.Device) -> bytes:
     """The binary the driver built for ``dev``."""
-    devs = program.get_info(cl.program_info.DEVICES)
-    binaries = program.get_info(cl.program_info.BINARIES)
+    devs = cast("list[cl.Device]", program.get_info(cl.program_info.DEVICES))
+    binaries = cast("list[bytes]", program.get_info(cl.program_info.BINARIES))
     return bytes(binaries[devs.index(dev)])

@@ -246,7 +246,7 @@ def check_meta(meta: Any) -> EntryMeta:
     for f in META_FIELDS:
         if f.name not in meta and f.default is not dataclasses.MISSING:
             continue
-        value = meta.get(f.name)
+        value: Any = meta.get(f.name)
         if not isinstance(value, _KINDS[str(f.type)]) or isinstance(value, bool):
             raise CorruptEntry(f"metadata field {f.name!r} missing or of the wrong type")
         if isinstance(value, list):

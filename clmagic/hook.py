@@ -59,7 +59,7 @@ def install(compiler: Compiler | Callable[[], Compiler]) -> bool:
     global _original, _compiler_of
     getter = compiler if callable(compiler) else (lambda: compiler)
     with _lock:
-        _compiler_of = getter  # type: ignore[assignment]
+        _compiler_of = getter
         if _original is not None:
             return False
         _original = cl.Program.__dict__["build"]
@@ -89,7 +89,7 @@ def origin_of(frame: FrameType | None) -> str:
     return "?"
 
 
-def _hooked(original: Callable[..., Any]) -> Callable[..., Any]:
+def _hooked(original: Callable[..., cl.Program]) -> Callable[..., cl.Program]:
     @functools.wraps(original)
     def build(self: cl.Program, options: Any = None, devices: Any = None,
               cache_dir: Any = None) -> cl.Program:

@@ -7,7 +7,7 @@ import re
 from argparse import Namespace
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pyopencl as cl
 from IPython.core.error import UsageError
@@ -21,6 +21,8 @@ from .config import warn
 from .errors import OptionsError
 
 if TYPE_CHECKING:
+    from IPython.core.interactiveshell import InteractiveShell
+
     from .store import Store
 
 __all__ = ["CLMagics", "split_opts", "CLCACHE", "CLCACHE_COMMANDS", "Subcommand"]
@@ -60,14 +62,15 @@ class CLMagics(Magics):
                     "%clcache install does; off: pyopencl builds them its own way."
     ).tag(config=True)
 
-    def __init__(self, shell=None, compiler: Compiler | None = None, **kwargs):
+    def __init__(self, shell: InteractiveShell | None = None, compiler: Compiler | None = None,
+                 **kwargs: Any) -> None:
         super().__init__(shell=shell, **kwargs)
         self._compiler = compiler
         if self.cache_every_program:  # set in a config file, before any observer ran
             self._hook({"new": True})
 
     @observe("cache_every_program")
-    def _hook(self, change) -> None:
+    def _hook(self, change: dict[str, Any]) -> None:
         from . import hook
 
         if change["new"]:
@@ -84,8 +87,16 @@ class CLMagics(Magics):
             self._compiler = get_compiler()
         return self._compiler
 
+    @property
+    def _namespace(self) -> dict[str, Any]:
+        """The user's namespace (the magics run in a shell; without one there is none)."""
+        if self.shell is None:
+            raise OptionsError("%%clkernel runs in an IPython shell")
+        ns: dict[str, Any] = self.shell.user_ns
+        return ns
+
     def _user_context(self, dev: cl.Device) -> cl.Context | None:
-        ns = self.shell.user_ns
+        ns = self._namespace
         for name in ("cl_ctx", "ctx"):
             ctx = ns.get(name)
             if isinstance(ctx, cl.Context) and list(ctx.devices) == [dev]:
@@ -93,7 +104,7 @@ class CLMagics(Magics):
         return None
 
     def _bind(self, result: BuildResult, name: str | None) -> None:
-        ns = self.shell.user_ns
+        ns = self._namespace
         for kname, kernel in result.kernels.items():
             old = ns.get(kname)
             if old is not None and not isinstance(old, cl.Kernel):
@@ -157,7 +168,7 @@ class CLMagics(Magics):
     @argument("--older-than", metavar="AGE",
               help="clear: only entries not used for AGE (a number and s, m, h, d or w: 7d).")
     @line_magic
-    def clcache(self, line: str):
+    def clcache(self, line: str) -> object:
         """Explore and manage clmagic's cache.
 
         ``%clcache``                 the stored entries as a DataFrame, most recently used first

@@ -55,7 +55,7 @@ def device_fingerprints(spec: object, entries: Iterable[Entry] = ()) -> set[str]
     a substring of the stored ``platform · device`` matches too. Nothing matched: DeviceError.
     """
     try:
-        return {_devices.resolve_device(spec)[0].fingerprint}  # type: ignore[arg-type]
+        return {_devices.resolve_device(spec)[0].fingerprint}
     except DeviceError as exc:
         needle = str(spec).strip().lower()
         found = {

@@ -9,7 +9,8 @@ import functools
 import html
 import importlib.util
 import io
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import ipywidgets as w
 
@@ -26,15 +27,17 @@ if TYPE_CHECKING:
 
 __all__ = ["CacheWidget"]
 
+T = TypeVar("T")
+
 _STYLE = ("<style>.clmagic-table select{font-family:monospace;font-size:12px}"
           ".clmagic-head{font-family:monospace;font-size:12px;white-space:pre}</style>")
 
 
-def _guard(method):
+def _guard(method: Callable[..., T]) -> Callable[..., T | None]:
     """Run a callback; show an exception in the widget's error area instead of losing it."""
 
     @functools.wraps(method)
-    def run(self, *args, **kwargs):
+    def run(self: CacheWidget, *args: Any, **kwargs: Any) -> T | None:
         self.last_error = None  # cleared when an action starts, so a nested error stays shown
         self.errors.value = ""
         try:
@@ -59,6 +62,8 @@ class CacheWidget(w.VBox):
     ``clear_all_button`` (asks for a second, confirming click), ``status`` (entries, MB, hit rate,
     time saved), ``message`` (what the last action did), ``errors``, ``plot`` (session history).
     """
+
+    children: Any  # ipywidgets' trait (ipywidgets ships no types)
 
     def __init__(self, compiler: Compiler | None = None, plot: bool | None = None):
         self.compiler = or_default(compiler)
@@ -177,7 +182,7 @@ class CacheWidget(w.VBox):
     # -- callbacks ------------------------------------------------------------------------------
 
     @_guard
-    def _on_device(self, change) -> None:
+    def _on_device(self, change: dict[str, Any]) -> None:
         info = _devices.resolve_device(change["new"])[0]
         if info.usable:
             self.compiler.select_device(info)
@@ -188,19 +193,19 @@ class CacheWidget(w.VBox):
         self.refresh()
 
     @_guard
-    def _on_origin(self, change) -> None:
+    def _on_origin(self, change: dict[str, Any]) -> None:
         if self._updating:
             return
         self.message.value = ""
         self.refresh()
 
     @_guard
-    def _on_refresh(self, _button=None) -> None:
+    def _on_refresh(self, _button: object = None) -> None:
         self.message.value = ""
         self.refresh()
 
     @_guard
-    def _on_clear_selected(self, _button=None) -> None:
+    def _on_clear_selected(self, _button: object = None) -> None:
         chosen = [self._entries[k] for k in self.table.value if k in self._entries]
         if not chosen:
             self._disarm()
@@ -211,7 +216,7 @@ class CacheWidget(w.VBox):
         self.refresh()
 
     @_guard
-    def _on_clear_all(self, _button=None) -> None:
+    def _on_clear_all(self, _button: object = None) -> None:
         if not self._armed:
             n = len(self._entries)
             self._armed = True

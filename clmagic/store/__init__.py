@@ -6,7 +6,7 @@ a path ending in ``.db``/``.sqlite``/``.sqlite3`` → :class:`SQLiteStore`, ``re
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..config import REDIS_SCHEMES
 from ..config import SQLITE_SUFFIXES as SUFFIXES
@@ -26,7 +26,7 @@ __all__ = ["Store", "DirectoryStore", "SQLiteStore", "LayeredStore", "RedisStore
 _LAZY = {"SQLiteStore": "sqlite", "RedisStore": "redis", "LayeredStore": "layered"}
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> Any:
     if name in _LAZY:
         return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -10,6 +10,7 @@ The ``redis`` client is imported only when a Redis store is opened (extra ``clma
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -204,7 +205,7 @@ class RedisStore(Store):
 
     def _members(self, name: str) -> list[str]:
         try:
-            raw = self._run(lambda c: c.smembers(name), set())
+            raw: set[bytes] = self._run(lambda c: c.smembers(name), set())
         except self._response_error:  # not a set: nothing listable there
             return []
         return sorted(m.decode("utf-8", "replace") for m in raw)
@@ -216,7 +217,8 @@ class RedisStore(Store):
                 name = f"{PREFIX}:{fingerprint}:{k}"
                 pipe.hmget(name, *fields)
                 pipe.hstrlen(name, "binary")
-            return pipe.execute(raise_on_error=False)
+            results: list[Any] = pipe.execute(raise_on_error=False)
+            return results
 
         return self._run(fetch, [])
 
@@ -242,7 +244,7 @@ class RedisStore(Store):
                                             stored_bytes=len(fields[0]) + _int(size),
                                             store=self.kind))
                 if gone:
-                    self._write(lambda c, fp=fp, gone=gone: c.srem(self._index(fp), *gone), 0)
+                    self._write(functools.partial(_srem, self._index(fp), gone), 0)
 
     def clear(self, fingerprint: str | None = None) -> tuple[int, int]:
         count = freed = 0
@@ -252,16 +254,24 @@ class RedisStore(Store):
                 chunk = keys[start : start + CHUNK]
                 got = self._fetch(fp, chunk, ("meta",))
                 names = [f"{PREFIX}:{fp}:{k}" for k in chunk]
-                if self._write(lambda c, names=names: c.delete(*names), -1) < 0:
+                if self._write(functools.partial(_delete, names), -1) < 0:
                     return count, freed
                 for i in range(len(got) // 2):
                     fields, size = got[2 * i], got[2 * i + 1]
                     if not isinstance(fields, Exception) and fields[0] is not None:
                         count += 1
                         freed += len(fields[0]) + _int(size)
-            self._write(lambda c, fp=fp: c.delete(self._index(fp)), 0)
-            self._write(lambda c, fp=fp: c.srem(f"{PREFIX}:devices", fp), 0)
+            self._write(functools.partial(_delete, [self._index(fp)]), 0)
+            self._write(functools.partial(_srem, f"{PREFIX}:devices", [fp]), 0)
         return count, freed
+
+
+def _srem(name: str, members: list[str], c: Any) -> int:
+    return int(c.srem(name, *members))
+
+
+def _delete(names: list[str], c: Any) -> int:
+    return int(c.delete(*names))
 
 
 def _int(value: Any) -> int:

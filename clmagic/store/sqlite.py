@@ -315,7 +315,8 @@ class SQLiteStore(Store):
 
     def schema(self) -> int | None:
         """The file's schema version (``None`` when it has none)."""
-        return self._query("SELECT max(version) FROM clmagic_schema")[0][0]
+        value = self._query("SELECT max(version) FROM clmagic_schema")[0][0]
+        return value if isinstance(value, int) else None
 
     def manifest(self, limit: int) -> list[tuple[Any, Any]]:
         """At most ``limit`` raw (name, value) rows of a bundle's manifest, unchecked."""
