@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from clmagic.entry import FORMAT_VERSION, Entry, decode, encode
-from clmagic.store import DirectoryStore, RedisStore, SQLiteStore
+from clmagic.store import DirectoryStore, RedisStore, SQLiteStore, Store
 
 DATA = Path(__file__).parent / "data" / "release-0.1.0"
 FP = "0123456789abcdef"
@@ -40,6 +40,17 @@ def _check(entry: Entry | None, hits: int, last_used: float, store: str) -> None
     assert entry.usage.store == store and entry.usage.stored_bytes >= len(BINARY)
 
 
+def _loads(store: Store, hits: int, last_used: float) -> Entry:
+    """The fixture's entry, read whole and listed, with the same metadata and usage."""
+    got = store.get(FP, KEY)
+    _check(got, hits, last_used, store.kind)
+    assert got is not None and got.binary == BINARY
+    (listed,) = store.entries()
+    _check(listed, hits, last_used, store.kind)
+    assert listed.binary is None and listed.usage == got.usage
+    return got
+
+
 def test_release_entry_file_decodes_and_reencodes_to_the_same_bytes():
     path = DATA / "directory" / FP / f"{KEY}.clbin"
     data = path.read_bytes()
@@ -55,12 +66,7 @@ def test_release_directory_cache_loads(tmp_path):
     hits = root / FP / f"{KEY}.hits"
     os.utime(hits, (1_700_000_500.0, 1_700_000_500.0))
     store = DirectoryStore.open(root)
-    got = store.get(FP, KEY)
-    _check(got, 3, 1_700_000_500.0, "directory")
-    assert got.binary == BINARY
-    (listed,) = store.entries()
-    _check(listed, 3, 1_700_000_500.0, "directory")
-    assert listed.usage.stored_bytes == got.usage.stored_bytes
+    got = _loads(store, 3, 1_700_000_500.0)
 
 
 def test_release_sqlite_cache_loads_and_rewrites_the_same_columns(tmp_path):
@@ -71,11 +77,7 @@ def test_release_sqlite_cache_loads_and_rewrites_the_same_columns(tmp_path):
         before = conn.execute("SELECT * FROM entries").fetchall()
     conn.close()
     store = SQLiteStore.open(path)
-    got = store.get(FP, KEY)
-    _check(got, 2, 1_700_000_600.0, "sqlite")
-    assert got.binary == BINARY
-    (listed,) = store.entries()
-    _check(listed, 2, 1_700_000_600.0, "sqlite")
+    got = _loads(store, 2, 1_700_000_600.0)
     assert store.put(Entry(got.meta, binary=got.binary))
     store.close()
     with sqlite3.connect(path) as conn:
@@ -93,11 +95,7 @@ def test_release_redis_cache_loads(redis_server):
     c.sadd(fx["index"], KEY)
     c.sadd(fx["devices"], FP)
     store = RedisStore(redis_server.url)
-    got = store.get(FP, KEY)
-    _check(got, 4, 1_700_000_700.0, "redis")
-    assert got.binary == BINARY
-    (listed,) = store.entries()
-    _check(listed, 4, 1_700_000_700.0, "redis")
+    got = _loads(store, 4, 1_700_000_700.0)
     assert store.put(Entry(got.meta, binary=got.binary))
     assert json.loads(c.hget(fx["name"], "meta")) == json.loads(fx["fields"]["meta"])
 
