@@ -76,6 +76,11 @@ class EntryMeta:
     device_version: str = _f(default="")
     platform_version: str = _f(default="")
     headers: tuple[str, ...] = _f(default=())
+    #: the key of the source's code alone (:func:`clmagic.key.code_key`), "" when it has none
+    code_key: str = _f(default="", omit=True)
+    #: the key of the entry whose binary this one reuses (a REKEYED save), else ""; its build
+    #: log's line numbers are that source's
+    rekeyed_from: str = _f(default="", omit=True)
     other: Mapping[str, Any] = field(default_factory=dict, compare=True)
 
     @classmethod

@@ -108,3 +108,23 @@ def test_optional_fields_may_be_absent(field):
     raw = json.loads(json.loads((DATA / "redis.json").read_text())["fields"]["meta"])
     del raw[field]
     assert check_meta(raw).to_json()[field] in ("", [])
+
+
+def test_release_sqlite_file_gains_the_code_index_and_rekeys(tmp_path):
+    """A 0.1.0 file has no ``code_keys`` table: opening it writable adds the table; its entries
+    have no code key (never found by code), new ones are."""
+    path = tmp_path / "cache.db"
+    shutil.copy(DATA / "cache.db", path)
+    path.chmod(0o600)
+    store = SQLiteStore.open(path)
+    assert store.find_code(FP, "c" * 64) is None
+    got = store.get(FP, KEY)
+    coded = Entry.create("d" * 64, FP, got.binary, code_key="c" * 64, **{
+        f: getattr(got.meta, f) for f in ("kernels", "options", "device", "platform", "driver",
+                                          "source_bytes", "build_ms", "created", "build_log")})
+    assert store.put(coded)
+    assert store.find_code(FP, "c" * 64).key == "d" * 64
+    store.close()
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("SELECT key FROM code_keys").fetchall() == [("d" * 64,)]
+    conn.close()

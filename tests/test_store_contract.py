@@ -9,6 +9,7 @@ import pytest
 from conftest import child_env
 from stores import FP, FP2, synthetic
 
+from clmagic.entry import Entry
 from clmagic.errors import CorruptEntry
 
 def test_put_get_roundtrip_and_absent(store_factory, tmp_path):
@@ -137,3 +138,56 @@ def test_two_processes_write_at_once(store_factory, tmp_path):
     assert len(keys) == 30
     for n in range(30):
         assert store.get(FP, synthetic(n, tag="x").key) is not None
+
+
+def _coded(n: int, code: str, fingerprint: str = FP) -> object:
+    """A synthetic entry that carries a code key."""
+    e = synthetic(n, fingerprint=fingerprint)
+    return Entry.create(e.key, e.fingerprint, e.binary, code_key=code,
+                        **{f: getattr(e.meta, f) for f in ("kernels", "options", "device",
+                                                           "platform", "driver", "source_bytes",
+                                                           "build_ms", "created", "build_log")})
+
+
+CODE, CODE2 = "c" * 64, "d" * 64
+
+
+def test_find_code_names_the_latest_entry_of_that_code(store_factory, tmp_path):
+    store, location = store_factory(tmp_path)
+    assert store.find_code(FP, CODE) is None
+    first = _coded(1, CODE)
+    store.put_many([first, _coded(2, CODE2), synthetic(3)])
+    got = store.find_code(FP, CODE)
+    assert got is not None and got.key == first.key and got.binary == first.binary
+    assert got.meta.code_key == CODE
+    assert store.find_code(FP2, CODE) is None  # another device's code is not this one's
+    assert store.find_code(FP, "e" * 64) is None
+    second = _coded(4, CODE)
+    store.put(second)
+    assert store_factory.reopen(location).find_code(FP, CODE).key == second.key
+
+
+def test_find_code_after_delete_and_clear_is_none(store_factory, tmp_path):
+    store, _ = store_factory(tmp_path)
+    a, b = _coded(1, CODE), _coded(2, CODE2)
+    store.put_many([a, b])
+    store.delete(FP, a.key)  # the index still names it: a stale name is a miss, not an error
+    assert store.find_code(FP, CODE) is None
+    store.clear()
+    assert store.find_code(FP, CODE2) is None
+    store.put(_coded(5, CODE2))
+    assert store.find_code(FP, CODE2).key == _coded(5, CODE2).key
+
+
+@pytest.mark.parametrize("bad", ["", "C" * 64, "../" + "c" * 61, "c" * 63, "c" * 65])
+def test_find_code_refuses_names_the_cache_never_files(store_factory, tmp_path, bad):
+    store, _ = store_factory(tmp_path)
+    store.put(_coded(1, CODE))
+    assert store.find_code(FP, bad) is None
+
+
+def test_entries_without_a_code_key_are_never_found_by_code(store_factory, tmp_path):
+    store, _ = store_factory(tmp_path)
+    store.put_many([synthetic(i) for i in range(3)])
+    assert store.find_code(FP, CODE) is None
+    assert all(e.meta.code_key == "" for e in store.entries())

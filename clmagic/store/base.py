@@ -10,6 +10,7 @@ from types import TracebackType
 
 from ..config import warn_once
 from ..entry import Entry
+from ..errors import CorruptEntry
 
 __all__ = ["Store", "is_hex", "valid_name"]
 
@@ -91,6 +92,33 @@ class Store(ABC):
     @abstractmethod
     def entries(self, fingerprint: str | None = None) -> Iterator[Entry]:
         """Every valid entry with its usage, binaries not read, optionally of one device."""
+
+    def find_code(self, fingerprint: str, code_key: str) -> Entry | None:
+        """An entry of this device built from the same code (its ``meta.code_key`` is
+        ``code_key``), verified and with its binary, or ``None``: what a REKEYED trip loads.
+        Backends keep an index from code key to key; this default scans the listing."""
+        if not is_hex(code_key, 64):
+            return None
+        for listed in self.entries(fingerprint):
+            if listed.meta.code_key == code_key:
+                found = self._code_target(fingerprint, code_key, listed.key)
+                if found is not None:
+                    return found
+        return None
+
+    def _code_target(self, fingerprint: str, code_key: str, key: object) -> Entry | None:
+        """The entry ``key`` that an index names for ``code_key``, if it is there, intact and
+        really of that code; ``None`` for a stale or damaged index (never an error: a rekey
+        that cannot happen is a build)."""
+        if not isinstance(key, str) or not valid_name(fingerprint, key):
+            return None
+        try:
+            entry = self.get(fingerprint, key)
+        except (CorruptEntry, OSError):
+            return None
+        if entry is None or entry.meta.code_key != code_key:
+            return None
+        return entry
 
     def record_hit(self, fingerprint: str, key: str) -> None:
         """Count one hit of an entry and set its last-used time, without rewriting the entry

@@ -7,6 +7,9 @@ entries are opened with ``O_NOFOLLOW``. Temp files left by a writer that died ar
 their key is next looked up. A folder that is world-writable or owned by another user is refused
 unless trusted explicitly (``CLMAGIC_CACHE_TRUST=1``).
 
+A code index, ``<code key>.code`` holding a key (64 bytes), names the latest entry built from the
+same code (comments and spacing aside), for rekeying; a stale one (its entry gone) is ignored.
+
 Use is tracked beside each entry, never in it: a hit appends one byte to ``<key>.hits``
 (``O_APPEND``, so concurrent hits from several processes all count), whose size is the hit count
 and whose modification time is the last use. Listing reads each entry's header and metadata (not
@@ -28,7 +31,7 @@ from ..config import warn_once
 from ..entry import HEADER, MAX_BINARY, MAX_META, Entry, EntryMeta, Usage, decode, encode, read_meta
 from ..errors import CorruptEntry
 from ._fs import O_NOFOLLOW, check_creatable, hostile, private_folder
-from .base import Store, is_hex
+from .base import Store, is_hex, valid_name
 
 __all__ = ["DirectoryStore"]
 
@@ -37,6 +40,8 @@ TMP = ".tmp."
 #: a temp file older than this is a leftover even when its writer's pid is in use again
 STALE_TMP_S = 600.0
 HITS_SUFFIX = ".hits"
+#: ``<code key>.code`` beside the entries holds the key of the latest entry of that code
+CODE_SUFFIX = ".code"
 #: no valid entry file is larger
 MAX_FILE = HEADER.size + MAX_META + MAX_BINARY + 32
 _FULL = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
@@ -238,7 +243,43 @@ class DirectoryStore(Store):
                 return False
             self._read_only(exc.strerror or str(exc))
             return False
+        self._index_code(entry)
         return True
+
+    def _index_code(self, entry: Entry) -> None:
+        """Point ``<code key>.code`` at this entry (advisory: a failure only loses a rekey)."""
+        code = entry.meta.code_key
+        if not valid_name(entry.fingerprint, code):
+            return
+        path = self.root / entry.fingerprint / (code + CODE_SUFFIX)
+        tmp = path.with_name(f"{path.name}{TMP}{os.getpid()}.{secrets.token_hex(4)}")
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | O_NOFOLLOW, 0o600)
+            try:
+                os.write(fd, entry.key.encode())
+            finally:
+                os.close(fd)
+            os.replace(tmp, path)
+        except OSError:
+            tmp.unlink(missing_ok=True)
+
+    def find_code(self, fingerprint: str, code_key: str) -> Entry | None:
+        """The entry the code index names for ``code_key`` (one 64-byte read, then :meth:`get`),
+        if it is there and really of that code."""
+        if not valid_name(fingerprint, code_key):
+            return None
+        try:
+            fd = os.open(self.root / fingerprint / (code_key + CODE_SUFFIX),
+                         os.O_RDONLY | O_NOFOLLOW)
+        except OSError:
+            return None
+        try:
+            raw = os.read(fd, 65)
+        except OSError:
+            return None
+        finally:
+            os.close(fd)
+        return self._code_target(fingerprint, code_key, raw.decode("ascii", "replace"))
 
     def record_hit(self, fingerprint: str, key: str) -> None:
         """Append one byte to the entry's ``.hits`` file (its size counts the hits, its mtime is
@@ -333,7 +374,8 @@ class DirectoryStore(Store):
 
     def _sweep_hits(self, fingerprint: str | None) -> int:
         """Remove ``.hits`` files whose entry is gone (a hit counted while another process
-        deleted the entry); returns the bytes freed."""
+        deleted the entry) and the code index of the cleared folders; returns the bytes
+        freed."""
         freed = 0
         try:
             folders = [fingerprint] if fingerprint else os.listdir(self.root)
@@ -348,4 +390,9 @@ class DirectoryStore(Store):
             for name in names:
                 if name.endswith(HITS_SUFFIX) and name[: -len(HITS_SUFFIX)] + SUFFIX not in names:
                     freed += self._drop_hits(folder / (name[: -len(HITS_SUFFIX)] + SUFFIX))
+                elif name.endswith(CODE_SUFFIX) and is_hex(name[: -len(CODE_SUFFIX)], 64):
+                    try:  # a cleared folder's code index points at nothing
+                        (folder / name).unlink()
+                    except OSError:
+                        pass
         return freed

@@ -57,6 +57,18 @@ class LayeredStore(Store):
         self._from_remote.add((fingerprint, key))
         return entry
 
+    def find_code(self, fingerprint: str, code_key: str) -> Entry | None:
+        """The local entry of that code, else the remote's (copied into the local store)."""
+        entry = self.local.find_code(fingerprint, code_key)
+        if entry is not None:
+            return entry
+        entry = self.remote.find_code(fingerprint, code_key)
+        if entry is None:
+            return None
+        self.local.put(entry)
+        self._from_remote.add((fingerprint, entry.key))
+        return entry
+
     def put_many(self, entries: Iterable[Entry]) -> int:
         batch = list(entries)
         return max(self.local.put_many(batch), self.remote.put_many(batch))

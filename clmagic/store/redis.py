@@ -20,7 +20,7 @@ from urllib.parse import urlsplit, urlunsplit
 from ..config import REDIS_SCHEMES, warn_once
 from ..entry import FORMAT_VERSION, Entry, Usage, parse_json, verified
 from ..errors import CorruptEntry
-from .base import Store
+from .base import Store, valid_name
 
 __all__ = ["RedisStore", "SCHEMES"]
 
@@ -167,10 +167,30 @@ class RedisStore(Store):
                     pipe.expire(name, self.ttl)
                 pipe.sadd(self._index(e.fingerprint), e.key)
                 pipe.sadd(f"{PREFIX}:devices", e.fingerprint)
+                if valid_name(e.fingerprint, e.meta.code_key):
+                    pipe.set(self._code(e.fingerprint, e.meta.code_key), e.key,
+                             ex=self.ttl or None)
             pipe.execute()
             return len(batch)
 
         return self._write(write, 0) if batch else 0
+
+    @staticmethod
+    def _code(fingerprint: str, code_key: str) -> str:
+        return f"{PREFIX}:{fingerprint}:code:{code_key}"
+
+    def find_code(self, fingerprint: str, code_key: str) -> Entry | None:
+        """The entry the ``…:code:<code key>`` string names, if it is there and really of that
+        code (one round trip more than :meth:`get`)."""
+        if not valid_name(fingerprint, code_key):
+            return None
+        try:
+            key = self._run(lambda c: c.get(self._code(fingerprint, code_key)), None)
+        except self._response_error:
+            return None
+        if not isinstance(key, bytes) or len(key) != 64:
+            return None
+        return self._code_target(fingerprint, code_key, key.decode("ascii", "replace"))
 
     def record_hit(self, fingerprint: str, key: str) -> None:
         """Count a hit in the entry's hash (the binary field is not written). Counts are
@@ -256,11 +276,16 @@ class RedisStore(Store):
                 names = [f"{PREFIX}:{fp}:{k}" for k in chunk]
                 if self._write(functools.partial(_delete, names), -1) < 0:
                     return count, freed
+                codes = []
                 for i in range(len(got) // 2):
                     fields, size = got[2 * i], got[2 * i + 1]
                     if not isinstance(fields, Exception) and fields[0] is not None:
                         count += 1
                         freed += len(fields[0]) + _int(size)
+                        codes.append(_code_of(fields[0]))
+                codes = [self._code(fp, c) for c in codes if valid_name(fp, c)]
+                if codes:
+                    self._write(functools.partial(_delete, codes), 0)
             self._write(functools.partial(_delete, [self._index(fp)]), 0)
             self._write(functools.partial(_srem, f"{PREFIX}:devices", [fp]), 0)
         return count, freed
@@ -272,6 +297,14 @@ def _srem(name: str, members: list[str], c: Any) -> int:
 
 def _delete(names: list[str], c: Any) -> int:
     return int(c.delete(*names))
+
+
+def _code_of(raw: bytes) -> str:
+    """The code key in an entry's stored metadata, "" when it has none or cannot be read."""
+    try:
+        return parse_json(raw).code_key
+    except CorruptEntry:
+        return ""
 
 
 def _int(value: Any) -> int:

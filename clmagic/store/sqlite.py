@@ -28,11 +28,14 @@ from ..config import warn_once
 from ..entry import FORMAT_VERSION, Entry, verified
 from ..errors import CorruptEntry
 from ._fs import private_file, private_folder, refusal
-from .base import Store
+from .base import Store, valid_name
 from .sqlite_sql import (
     BUSY_TIMEOUT_MS,
     SCHEMA_VERSION,
     SQL_CLEAR,
+    SQL_CODE_CLEAR,
+    SQL_CODE_GET,
+    SQL_CODE_PUT,
     SQL_DELETE,
     SQL_GET,
     SQL_HIT,
@@ -221,15 +224,33 @@ class SQLiteStore(Store):
         """Store several entries in one transaction; returns how many were stored."""
         now = time.time()
         rows = []
+        count = 0
         for e in entries:
             self._check_name(e.fingerprint, e.key)
             if e.binary is None:
                 raise ValueError(f"cannot store entry {e.key} without its binary")
             rows.append((SQL_PUT, entry_row(e)))
             rows.append((SQL_USE_RESET, (FORMAT_VERSION, e.fingerprint, e.key, now)))
+            if valid_name(e.fingerprint, e.meta.code_key):
+                rows.append((SQL_CODE_PUT, (FORMAT_VERSION, e.fingerprint, e.meta.code_key,
+                                            e.key)))
+            count += 1
         if self._write(rows) < 0:
             return 0
-        return len(rows) // 2
+        return count
+
+    def find_code(self, fingerprint: str, code_key: str) -> Entry | None:
+        """The entry the ``code_keys`` table names for ``code_key``, if it is there and really
+        of that code (a file without the table, as written before it existed: ``None``)."""
+        if not valid_name(fingerprint, code_key):
+            return None
+        with self._lock:
+            try:
+                row = self._connection().execute(
+                    SQL_CODE_GET, (FORMAT_VERSION, fingerprint, code_key)).fetchone()
+            except (sqlite3.Error, OSError):
+                return None
+        return None if row is None else self._code_target(fingerprint, code_key, row[0])
 
     def record_hit(self, fingerprint: str, key: str) -> None:
         """Count a hit in the ``usage`` table (the entry row is not touched). Counts are
@@ -281,7 +302,8 @@ class SQLiteStore(Store):
         count, size = rows[0] if rows else (0, 0)
         args: tuple[Any, ...] = (FORMAT_VERSION,) + ((fingerprint,) if fingerprint else ())
         where = " AND fingerprint = ?" if fingerprint else ""
-        if self._write([(SQL_CLEAR + where, args), (SQL_USE_CLEAR + where, args)]) < 0:
+        if self._write([(SQL_CLEAR + where, args), (SQL_USE_CLEAR + where, args),
+                        (SQL_CODE_CLEAR + where, args)]) < 0:
             return 0, 0
         return int(count), int(size)
 

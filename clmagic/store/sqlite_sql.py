@@ -12,7 +12,8 @@ from ..entry import FORMAT_VERSION, SQL_FIELDS, Entry, EntryMeta, Usage, check_m
 
 __all__ = ["SCHEMA", "SCHEMA_VERSION", "BUSY_TIMEOUT_MS", "SchemaTooNew", "connect",
            "schema_version", "is_locked", "has_tables", "create_schema", "row_meta",
-           "row_usage", "entry_row", "TEXT_BYTES"]
+           "row_usage", "entry_row", "TEXT_BYTES", "SQL_CODE_PUT", "SQL_CODE_GET",
+           "SQL_CODE_CLEAR"]
 
 SCHEMA_VERSION = 1
 BUSY_TIMEOUT_MS = 5000
@@ -45,6 +46,14 @@ CREATE TABLE IF NOT EXISTS usage (
     hits        INTEGER NOT NULL DEFAULT 0,
     last_used   REAL,
     PRIMARY KEY (format, fingerprint, key)
+) WITHOUT ROWID;
+-- code key → the latest entry of that code, for rekeying (a row whose entry is gone: ignored)
+CREATE TABLE IF NOT EXISTS code_keys (
+    format      INTEGER NOT NULL,
+    fingerprint TEXT    NOT NULL,
+    code_key    TEXT    NOT NULL,
+    key         TEXT    NOT NULL,
+    PRIMARY KEY (format, fingerprint, code_key)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS provenance (
     clmagic TEXT, pyopencl TEXT, sqlite TEXT, python TEXT, pid INTEGER, created REAL NOT NULL
@@ -88,6 +97,10 @@ SQL_LIST = f"SELECT {_E_COLS}, {_USE}, {_SIZE} FROM {_FROM} WHERE e.format = ?"
 SQL_SIZE = f"SELECT count(*), coalesce(sum({_SIZE}), 0) FROM entries AS e WHERE e.format = ?"
 SQL_CLEAR = "DELETE FROM entries WHERE format = ?"
 SQL_USE_CLEAR = "DELETE FROM usage WHERE format = ?"
+SQL_CODE_PUT = ("INSERT OR REPLACE INTO code_keys (format, fingerprint, code_key, key) "
+                "VALUES (?, ?, ?, ?)")
+SQL_CODE_GET = "SELECT key FROM code_keys WHERE format = ? AND fingerprint = ? AND code_key = ?"
+SQL_CODE_CLEAR = "DELETE FROM code_keys WHERE format = ?"
 _HITS = len(_ENTRY_COLS)  # hits, last use, stored bytes: these positions of SQL_GET / SQL_LIST
 
 
@@ -144,7 +157,7 @@ def is_locked(exc: sqlite3.Error) -> bool:
 def has_tables(conn: sqlite3.Connection) -> bool:
     """Whether every table of the schema is there (a read: no lock taken)."""
     names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-    return {"clmagic_schema", "entries", "usage", "provenance"} <= names
+    return {"clmagic_schema", "entries", "usage", "code_keys", "provenance"} <= names
 
 
 def create_schema(conn: sqlite3.Connection) -> None:
