@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, cast
 
-from ._session import get_compiler, reset
+from ._session import Using, get_compiler, reset, use
 from ._version import __version__
 from .compiler import BuildResult, Compiler
 from .config import Settings
@@ -31,6 +31,8 @@ __all__ = [
     "uninstall",
     "get_compiler",
     "reset",
+    "use",
+    "Using",
     "Compiler",
     "BuildResult",
     "Settings",

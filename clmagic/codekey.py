@@ -237,7 +237,8 @@ def header_refusal(data: bytes) -> str:
 
 _OPTION_REFUSALS = (
     (re.compile(r"(?:^|\s)-g"), "debug information records line numbers (-g)"),
-    (re.compile(r"line-info|-debug|debug-info", re.I), "debug information records line numbers"),
+    (re.compile(r"(?:^|\s)-(?![DI])\S*(?:line-?info|debug)", re.I),
+     "debug information records line numbers"),
     (re.compile(r"(?:^|\s)-Werror"), "-Werror turns spacing-sensitive warnings into errors"),
     (re.compile(r"c\+\+|clc\+\+", re.I), "C++ for OpenCL lexes differently"),
     (re.compile(r"#"), "a -D macro with # can stringize spacing"),

@@ -24,7 +24,7 @@ from .devices import DeviceInfo
 from .entry import Entry
 from .errors import BuildError, ClmagicError, CorruptEntry, DeviceError
 from .includes import Unkeyable, find_headers, strip_comments
-from .key import cache_key
+from .key import CodeKey, cache_key, code_key_of
 from .options import BuildOptions, parse_options
 from .records import History, Outcome, Record
 from .results import BuildResult, ProgramBuild
@@ -87,17 +87,28 @@ class Compiler:
         self, settings: Settings | None = None, store: Store | None | _Default = _DEFAULT_STORE
     ):
         self.settings = settings or Settings.from_env()
-        self.store: Store | None = (store_for(self.settings) if isinstance(store, _Default)
-                                    else store)
-        self.history = History(
-            debug=self.settings.debug, keep_source=self.settings.record == "full"
-        )
-        self.device_spec: str | None = self.settings.device
         self._memory: dict[tuple[str, str], driver.Built] = {}
-        self._lock = threading.Lock()  # memory and history; builds themselves run in parallel
-        self._prepared: dict[tuple[object, ...], _Prepared] = {}
         #: programs built for callers' contexts (the pyopencl hook), by their keys
         self._programs: dict[tuple[tuple[str, str], ...], driver.Built] = {}
+        self._lock = threading.Lock()  # memory and history; builds themselves run in parallel
+        self._store: Store | None = None
+        self.store = store_for(self.settings) if isinstance(store, _Default) else store
+        self.history = History(debug=self.settings.debug, level=self.settings.record)
+        self.device_spec: str | None = self.settings.device
+        self._prepared: dict[tuple[object, ...], _Prepared] = {}
+
+    @property
+    def store(self) -> Store | None:
+        """Where entries are kept (``None``: memory only). Setting another store starts a new
+        generation: nothing built or loaded before is served from memory afterwards."""
+        return self._store
+
+    @store.setter
+    def store(self, store: Store | None) -> None:
+        with self._lock:
+            self._store = store
+            self._memory.clear()
+            self._programs.clear()
 
     # -- device -------------------------------------------------------------------------------
 
@@ -169,16 +180,21 @@ class Compiler:
         built, outcome, note = self._from_store(trip)
         if built is not None:
             return self._finish(trip, outcome, built, note=note)
-        built = self._compile(trip.ctx, [trip.dev], trip.info.label, trip.prep, trip.line_offset)
+        code = self._code_key(trip)
+        if code.key is not None:
+            found = self._by_code(trip, code.key)
+            if found is not None:
+                return found
+        built = self._compile_trip(trip)
         with self._lock:
             self._memory[trip.memo] = built
-        rec = self._record(trip.info, trip.prep, trip.t0, outcome, built)
+        rec = self._record(trip.info, trip.prep, trip.t0, outcome, built, code_key=code.key)
         saved, note = self._save(rec, built.program, trip.dev)
-        return self._finish(trip, outcome, built, saved=saved, note=note)
+        return self._finish(trip, outcome, built, saved=saved, note=note, code_key=code.key)
 
     def _bypass(self, trip: _Trip) -> BuildResult:
         """Build with the driver alone: asked for, or includes the key cannot cover."""
-        built = self._compile(trip.ctx, [trip.dev], trip.info.label, trip.prep, trip.line_offset)
+        built = self._compile_trip(trip)
         why = trip.prep.unkeyable
         if why:
             warn_once(f"not cached: {why}")
@@ -216,11 +232,70 @@ class Compiler:
                 return built, Outcome.HIT, _served_from(entry, self.store)
         return None, Outcome.CORRUPT if corrupt else Outcome.MISS, ""
 
-    def _finish(self, trip: _Trip, outcome: str, built: driver.Built, saved: bool = False,
-                note: str = "") -> BuildResult:
-        rec = self._record(trip.info, trip.prep, trip.t0, outcome, built, saved=saved, note=note)
+    def _code_key(self, trip: _Trip) -> CodeKey:
+        """The code key of a trip that missed (on a miss only: the HIT path never pays for it);
+        why there is none goes to the debug trace."""
+        if self.store is None:
+            return CodeKey(None, "no store to rekey from")
+        code = code_key_of(trip.prep.source, trip.prep.opts, trip.info, bool(trip.prep.headers))
+        if code.key is None and self.history.debug:
+            with self._lock:
+                self.history.event("NOREKEY", trip.prep.key, [], detail=code.reason)
+        return code
+
+    def _by_code(self, trip: _Trip, code: str) -> BuildResult | None:
+        """REKEYED: the binary of a stored entry of the same code, loaded (not built) and saved
+        under this trip's key too; ``None`` when the store has none that the driver takes."""
+        store = self.store
+        try:
+            entry = None if store is None else store.find_code(trip.info.fingerprint, code)
+            if store is None or entry is None or entry.binary is None:
+                return None
+            built = self._load(trip.ctx, [trip.dev], [entry], trip.prep.opts)
+        except (CorruptEntry, OSError):
+            return None  # a damaged original: this trip builds its own
+        built = dataclasses.replace(built, log_from=entry.meta.rekeyed_from or entry.key)
         with self._lock:
-            self.history.add(rec)
+            self._memory[trip.memo] = built
+        self._record_hit(store, trip.info.fingerprint, entry.key)
+        rec = self._record(trip.info, trip.prep, trip.t0, Outcome.REKEYED, built, code_key=code)
+        saved = store.put(rec.entry(entry.binary))
+        note = f"same code as {entry.key[:4]}…: only comments or spacing changed"
+        if not saved:
+            note += f"; not saved ({store.reason or 'store refused it'})"
+        return self._finish(trip, Outcome.REKEYED, built, saved=saved, note=note, code_key=code)
+
+    def _compile_trip(self, trip: _Trip) -> driver.Built:
+        try:
+            return self._compile(trip.ctx, [trip.dev], trip.info.label, trip.prep,
+                                 trip.line_offset)
+        except BuildError as exc:
+            self._failed([trip.info], trip.prep, trip.t0, exc)
+            raise
+
+    def _failed(self, infos: list[DeviceInfo], prep: _Prepared, t0: float, exc: BuildError,
+                origin: str = "cell") -> None:
+        """FAILED records (one per device) for a build the driver refused: its first error line
+        as the note, its log as the build log."""
+        if not self.history.active:
+            return
+        recs = [Record(time=time.time(), outcome=Outcome.FAILED, kernels=[],
+                       ms=(time.perf_counter() - t0) * 1000, build_ms=0.0, device=info,
+                       key=prep.key, options=prep.opts.effective, preview=prep.preview,
+                       source=prep.source, source_bytes=len(prep.src), headers=prep.headers,
+                       build_log=exc.log, note=exc.first_error, origin=origin)
+                for info in infos]
+        with self._lock:
+            for rec in recs:
+                self.history.add(rec)
+
+    def _finish(self, trip: _Trip, outcome: str, built: driver.Built, saved: bool = False,
+                note: str = "", code_key: str | None = None) -> BuildResult:
+        rec = self._record(trip.info, trip.prep, trip.t0, outcome, built, saved=saved, note=note,
+                           code_key=code_key)
+        if self.history.active:  # CLMAGIC_RECORD=off without debug: nothing to keep or print
+            with self._lock:
+                self.history.add(rec)
         return BuildResult(built.program, built.kernels, trip.ctx, trip.queue, trip.prep.opts,
                            rec)
 
@@ -253,14 +328,22 @@ class Compiler:
                                  saved=done.get(i, (False, ""))[0],
                                  note=done.get(i, (False, note))[1], origin=origin)
                     for i, (info, prep) in enumerate(zip(infos, preps))]
-            with self._lock:
-                for rec in recs:
-                    self.history.add(rec)
+            if self.history.active:
+                with self._lock:
+                    for rec in recs:
+                        self.history.add(rec)
             return ProgramBuild(built.program, outcome, recs, built.log)
+
+        def compile_all() -> driver.Built:
+            try:
+                return self._compile(context, devs, label, preps[0], kernels=False)
+            except BuildError as exc:
+                self._failed(infos, preps[0], t0, exc, origin)
+                raise
 
         if preps[0].unkeyable:
             warn_once(f"not cached: {preps[0].unkeyable}")
-            built = self._compile(context, devs, label, preps[0], kernels=False)
+            built = compile_all()
             return finish(Outcome.BYPASS, built, note=f"not cached: {preps[0].unkeyable}")
         keys = tuple((i.fingerprint, p.key) for i, p in zip(infos, preps))
         mem = self._programs.get(keys)
@@ -282,7 +365,7 @@ class Compiler:
                     self._record_hit(self.store, fp, key)
                 return finish(Outcome.HIT, built, note=_served_from(entries[0], self.store))
 
-        built = self._compile(context, devs, label, preps[0], kernels=False)
+        built = compile_all()
         self._remember(keys, built)
         missing = [i for i, (e, _) in enumerate(found) if e is None or corrupt]
         outcome = Outcome.CORRUPT if corrupt else Outcome.MISS
@@ -371,11 +454,13 @@ class Compiler:
         except cl.Error as exc:
             raise CorruptEntry(f"the driver refused the stored binary: {exc}") from None
         return dataclasses.replace(built, build_ms=entries[0].build_ms,
-                                   log=entries[0].meta.build_log)
+                                   log=entries[0].meta.build_log,
+                                   log_from=entries[0].meta.rekeyed_from)
 
     def _record(self, info: DeviceInfo, prep: _Prepared, t0: float, outcome: str,
                 built: driver.Built, *, saved: bool = False, note: str = "",
-                origin: str = "cell", log: str | None = None) -> Record:
+                origin: str = "cell", log: str | None = None,
+                code_key: str | None = None) -> Record:
         """The trip's record for one device (the history takes it in ``_finish``)."""
         return Record(
             time=time.time(), outcome=outcome, kernels=list(built.names),
@@ -383,7 +468,7 @@ class Compiler:
             key=prep.key, options=prep.opts.effective, preview=prep.preview, source=prep.source,
             source_bytes=len(prep.src), headers=prep.headers,
             build_log=built.log if log is None else log, saved_to_store=saved, note=note,
-            origin=origin)
+            origin=origin, code_key=code_key or "", rekeyed_from=built.log_from)
 
     def _save(self, rec: Record, program: cl.Program, dev: cl.Device) -> tuple[bool, str]:
         """Store the entry of ``rec``, with the binary ``program`` holds for ``dev``; returns

@@ -58,7 +58,7 @@ class Settings:
 
     cache: str | None
     debug: bool = False
-    record: str = "default"
+    record: str = "summary"
     device: str | None = None
     remote: str | None = None
     remote_ttl: int | None = None
@@ -71,8 +71,9 @@ class Settings:
 
         ``CLMAGIC_CACHE_DIR``: unset, empty, ``1`` or ``default`` → the platform cache folder;
         ``0``/``off``/``none``/``disable``/``disabled`` → memory only; anything else → that path.
-        ``CLMAGIC_CACHE_DEBUG=1`` prints one line per cache event. ``CLMAGIC_RECORD=full`` keeps
-        the source of each build in the history. ``CLMAGIC_DEVICE`` (else ``PYOPENCL_CTX``) picks
+        ``CLMAGIC_CACHE_DEBUG=1`` prints one line per cache event. ``CLMAGIC_RECORD``: ``off``
+        keeps no history, ``summary`` (the default) one record per build, ``full`` with its
+        source. ``CLMAGIC_DEVICE`` (else ``PYOPENCL_CTX``) picks
         the default device. ``CLMAGIC_REMOTE=redis://…`` puts a shared store behind the local one;
         ``CLMAGIC_REMOTE_TTL`` (seconds) expires its entries when unused that long.
         ``CLMAGIC_CACHE_TRUST=1`` uses a cache folder that is world-writable or owned by another
@@ -90,7 +91,7 @@ class Settings:
         else:
             cache = str(Path(value).expanduser())
         debug = env.get("CLMAGIC_CACHE_DEBUG", "").strip().lower() in _TRUE
-        record = env.get("CLMAGIC_RECORD", "default").strip().lower() or "default"
+        record = _record_level(env.get("CLMAGIC_RECORD", ""))
         device = env.get("CLMAGIC_DEVICE") or env.get("PYOPENCL_CTX") or None
         remote = (env.get("CLMAGIC_REMOTE") or "").strip()
         if remote and not remote.startswith(REDIS_SCHEMES):
@@ -105,3 +106,15 @@ class Settings:
         trust = env.get("CLMAGIC_CACHE_TRUST", "").strip().lower() in _TRUE
         return cls(cache=cache, debug=debug, record=record, device=device, trust=trust,
                    remote=remote or None, remote_ttl=ttl, env=shown)
+
+
+def _record_level(raw: str) -> str:
+    """``CLMAGIC_RECORD`` as ``off``, ``summary`` or ``full`` (unknown: ``summary``, warned)."""
+    value = raw.strip().lower()
+    if value in ("full", "summary"):
+        return value
+    if value in _OFF:
+        return "off"
+    if value not in _DEFAULT:
+        warn_once(f"CLMAGIC_RECORD={raw.strip()!r} is not off, summary or full; using summary")
+    return "summary"

@@ -44,6 +44,8 @@ class Built:
     context: cl.Context
     build_ms: float
     log: str
+    #: the key of another source whose line numbers the log uses (a rekeyed entry's), or ""
+    log_from: str = ""
 
 
 class BuildFailed(Exception):

@@ -62,5 +62,15 @@ class BuildError(ClmagicError):
         shown = f" (options: {options})" if options else ""
         super().__init__(f"build failed on {device}{shown}")
 
+    @property
+    def first_error(self) -> str:
+        """The log's first line that says ``error`` (else its first line): what a FAILED
+        record keeps."""
+        lines = [line.strip() for line in self.log.splitlines() if line.strip()]
+        for line in lines:
+            if "error" in line.lower():
+                return line[:300]
+        return lines[0][:300] if lines else str(self)
+
     def _render_traceback_(self) -> list[str]:
         return [f"clmagic: {self}", *self.log.splitlines()]

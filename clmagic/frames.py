@@ -97,8 +97,8 @@ def history_frame(*, compiler: Compiler | None = None, origin: str | None = None
     """One row per build trip of this process, in order.
 
     Columns (dtypes in :data:`HISTORY_COLUMNS`): ``time`` (UTC), ``outcome`` (MISS, HIT, MEMORY,
-    CORRUPT, BYPASS), ``kernels``, ``ms`` (the trip), ``build_ms`` (the original driver build),
-    ``saved_ms`` (build minus load for hits, else 0), ``device``, ``key``, ``options``,
+    REKEYED, CORRUPT, BYPASS, FAILED), ``kernels``, ``ms`` (the trip), ``build_ms`` (the
+    original driver build), ``saved_ms`` (build minus load for HIT/MEMORY/REKEYED, else 0), ``device``, ``key``, ``options``,
     ``preview`` (first code line), ``source`` (only with ``CLMAGIC_RECORD=full``), ``saved``
     (written to the store), ``note``, ``origin`` (``cell``, or the module that called
     ``pyopencl.Program.build`` under :func:`clmagic.install`); ``origin`` keeps only those trips.

@@ -5,14 +5,17 @@ the source's code form, see :mod:`clmagic.codekey`)."""
 from __future__ import annotations
 
 import hashlib
+import os
 from collections.abc import Iterable
 from typing import NamedTuple
 
 from .codekey import code_refusal
 from .devices import DeviceInfo
 from .entry import FORMAT_VERSION
+from .includes import Unkeyable, find_headers
+from .options import BuildOptions
 
-__all__ = ["cache_key", "code_key", "CodeKey"]
+__all__ = ["cache_key", "code_key", "code_key_of", "CodeKey"]
 
 _CODE_PREFIX = b"clmagic code key 1\0"
 
@@ -70,3 +73,14 @@ def code_key(
     if form is None:
         return CodeKey(None, reason)
     return CodeKey(_digest(_CODE_PREFIX, form.encode(), options, device.key_fields(), headers))
+
+
+def code_key_of(source: str, options: BuildOptions, device: DeviceInfo,
+                includes: bool) -> CodeKey:
+    """The code key of a prepared build (``includes``: the source includes headers, which are
+    read again, from the current working directory, as for its exact key)."""
+    try:
+        headers = find_headers(source, options.include_dirs, os.getcwd()) if includes else []
+    except Unkeyable as exc:
+        return CodeKey(None, str(exc))
+    return code_key(source, options.effective, device, headers)

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 __all__ = ["CLMagics", "split_opts", "CLCACHE", "CLCACHE_COMMANDS", "Subcommand"]
 
 _COMMANDS = ("stats", "history", "info", "clear", "widget", "export", "import", "install",
-             "uninstall")
+             "uninstall", "use")
 
 _OPTS = re.compile(r"(?:^|\s)--opts(?:=|\s+|$)")
 
@@ -81,11 +81,11 @@ class CLMagics(Magics):
     @property
     def compiler(self) -> Compiler:
         """The compiler behind the magics (the process-wide one unless given)."""
-        if self._compiler is None:
-            from ._session import get_compiler
+        if self._compiler is not None:
+            return self._compiler
+        from ._session import get_compiler
 
-            self._compiler = get_compiler()
-        return self._compiler
+        return get_compiler()  # each time: after reset() or a changed CLMAGIC_* variable, new
 
     @property
     def _namespace(self) -> dict[str, Any]:
@@ -158,10 +158,10 @@ class CLMagics(Magics):
     @magic_arguments()
     @argument("command", nargs="?", metavar="COMMAND", choices=_COMMANDS,
               help="stats | history | info | clear | widget | export | import | install | "
-                   "uninstall (none: the entries as a DataFrame).")
+                   "uninstall | use (none: the entries as a DataFrame).")
     @argument("keys", nargs="*", metavar="KEY_PREFIX",
               help="clear: only entries whose key starts with one of these (hex); "
-                   "export/import: the bundle's PATH.")
+                   "export/import: the bundle's PATH; use: the store's PATH.")
     @argument("--device", "-d", metavar="SPEC",
               help='DataFrame, clear, export: only this device ("P:D", name part or '
                    "fingerprint).")
@@ -189,6 +189,8 @@ class CLMagics(Magics):
                                      goes through the cache (``%config
                                      CLMagics.cache_every_program = True`` does the same)
         ``%clcache uninstall``       give pyopencl its own build back
+        ``%clcache use PATH``        switch to the store at PATH (a folder, a .db file, a
+                                     redis:// URL, or off); says which one is in use
 
         Each returns its object, so ``df = %clcache`` keeps the DataFrame.
         """
@@ -250,6 +252,12 @@ def _import(m: CLMagics, a: Namespace) -> object:
     return import_bundle(a.keys[0], store=_store_of(m.compiler))
 
 
+def _use(m: CLMagics, a: Namespace) -> object:
+    from ._session import use
+
+    return use(a.keys[0], compiler=m.compiler)
+
+
 @dataclass(frozen=True)
 class Subcommand:
     """One ``%clcache`` subcommand: what it runs, which arguments it takes (``keys``,
@@ -280,6 +288,8 @@ CLCACHE: dict[str | None, Subcommand] = {
                           misuse="%clcache install takes no arguments"),
     "uninstall": Subcommand(lambda m, a: m._install(False),
                             misuse="%clcache uninstall takes no arguments"),
+    "use": Subcommand(_use, frozenset({"keys"}), "usage: %clcache use PATH (a folder, a .db "
+                      "file, a redis:// URL, or off)", needs_path=True),
 }
 #: the subcommand names, in the order ``%clcache?`` lists them
 CLCACHE_COMMANDS = tuple(name for name in CLCACHE if name)

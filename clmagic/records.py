@@ -14,18 +14,28 @@ from .report import stats_html, stats_text
 if TYPE_CHECKING:
     from .devices import DeviceInfo
 
-__all__ = ["Outcome", "Record", "History", "Stats", "DeviceUsage", "from_origin"]
+__all__ = ["Outcome", "Record", "History", "Stats", "DeviceUsage", "from_origin",
+           "RECORD_LEVELS"]
 
 
 class Outcome:
-    """How a build trip ended (plain strings, so they print and compare simply)."""
+    """How a build trip ended (plain strings, so they print and compare simply): the same words
+    in the line under a cell, the history DataFrame, ``stats()`` and the debug trace."""
 
     MISS = "MISS"  # built by the driver (and saved when a store is writable)
     HIT = "HIT"  # loaded from the persistent store
     MEMORY = "MEMORY"  # served from this process's memory, no disk, no driver
+    REKEYED = "REKEYED"  # same code as a stored entry (comments or spacing changed): loaded
     CORRUPT = "CORRUPT"  # a stored entry failed its checks: rebuilt and rewritten
     BYPASS = "BYPASS"  # built with the cache bypassed (--no-cache)
-    ALL = (MISS, HIT, MEMORY, CORRUPT, BYPASS)
+    FAILED = "FAILED"  # the driver refused the source (the note has its first error line)
+    ALL = (MISS, HIT, MEMORY, REKEYED, CORRUPT, BYPASS, FAILED)
+    #: trips served without a driver build
+    SERVED = (HIT, MEMORY, REKEYED)
+
+
+#: what ``CLMAGIC_RECORD`` may say: nothing recorded, each trip without its source, with it
+RECORD_LEVELS = ("off", "summary", "full")
 
 
 @dataclass(frozen=True)
@@ -52,6 +62,11 @@ class Record:
     #: who asked for the build: ``cell`` (``%%clkernel`` or :func:`clmagic.build`), else the
     #: module that called ``pyopencl.Program.build`` (``pyopencl.elementwise``, ``silx.…``)
     origin: str = "cell"
+    #: the key of the source's code alone ("" when it cannot be rekeyed)
+    code_key: str = ""
+    #: the key of the source whose build made the binary and log, when not this one (REKEYED,
+    #: and HITs of a rekeyed entry): the log's line numbers are that source's
+    rekeyed_from: str = ""
 
     @property
     def fingerprint(self) -> str:
@@ -61,7 +76,7 @@ class Record:
     @property
     def saved_ms(self) -> float:
         """Build time avoided by this trip (0 for a build)."""
-        if self.outcome in (Outcome.HIT, Outcome.MEMORY):
+        if self.outcome in Outcome.SERVED:
             return max(self.build_ms - self.ms, 0.0)
         return 0.0
 
@@ -73,25 +88,41 @@ class Record:
             device=d.device_name, platform=d.platform_name, driver=d.driver_version,
             device_version=d.device_version, platform_version=d.platform_version,
             source_bytes=self.source_bytes, build_ms=round(self.build_ms, 3), created=self.time,
-            build_log=self.build_log, headers=list(self.headers), origin=self.origin)
+            build_log=self.build_log, headers=list(self.headers), origin=self.origin,
+            code_key=self.code_key, rekeyed_from=self.rekeyed_from)
 
 
 @dataclass
 class History:
-    """Every trip of this process; prints one debug line per event when ``debug`` is set."""
+    """Every trip of this process at record ``level`` (``off``: none is kept; ``summary``:
+    without sources; ``full``: with them); prints one debug line per event when ``debug``."""
 
     debug: bool = False
-    keep_source: bool = False
+    level: str = "summary"
     records: list[Record] = field(default_factory=list)
     tally: Counter[str] = field(default_factory=Counter)
 
+    @property
+    def keep_source(self) -> bool:
+        """Whether records keep the source (level ``full``)."""
+        return self.level == "full"
+
+    @property
+    def active(self) -> bool:
+        """Whether adding a record does anything (a record is kept or a debug line printed)."""
+        return self.level != "off" or self.debug
+
     def add(self, record: Record) -> Record:
-        """Append a record (dropping its source unless the record level is ``full``)."""
-        if not self.keep_source and record.source is not None:
-            record = dataclasses.replace(record, source=None)
-        self.records.append(record)
-        self.event(record.outcome, record.key, record.kernels, count=True,
-                   detail=f"{record.ms:.1f} ms")
+        """Append a record (dropping its source unless the record level is ``full``; keeping
+        nothing at level ``off``)."""
+        if self.level != "off":
+            if not self.keep_source and record.source is not None:
+                record = dataclasses.replace(record, source=None)
+            self.records.append(record)
+        detail = f"{record.ms:.1f} ms"
+        if record.outcome in (Outcome.REKEYED, Outcome.FAILED):
+            detail += f" · {record.note}"
+        self.event(record.outcome, record.key, record.kernels, count=True, detail=detail)
         if record.saved_to_store:
             self.event("SAVE", record.key, record.kernels, count=True)
         return record
@@ -104,8 +135,9 @@ class History:
         if not self.debug:
             return
         t = self.tally
-        tally = (f"hits {t[Outcome.HIT]}, memory {t[Outcome.MEMORY]}, misses {t[Outcome.MISS]}, "
-                 f"saves {t['SAVE']}, corrupt {t[Outcome.CORRUPT]}")
+        tally = (f"hits {t[Outcome.HIT]}, memory {t[Outcome.MEMORY]}, rekeyed "
+                 f"{t[Outcome.REKEYED]}, misses {t[Outcome.MISS]}, saves {t['SAVE']}, corrupt "
+                 f"{t[Outcome.CORRUPT]}, failed {t[Outcome.FAILED]}")
         names = ",".join(kernels) or "-"
         extra = f" {detail}" if detail else ""
         print(f"clmagic: {what:<7} {key[:12]} {names}{extra} ({tally})", file=sys.stderr)
@@ -137,8 +169,9 @@ class DeviceUsage:
 class Stats:
     """This session's build trips and what the store holds, per device.
 
-    ``hit_rate`` is the share of cached trips (HIT, MEMORY, MISS, CORRUPT; not BYPASS) that did
-    not need the driver's build; ``saved_ms`` is original build time minus load time, summed.
+    ``hit_rate`` is the share of cached trips (HIT, MEMORY, REKEYED, MISS, CORRUPT; not BYPASS
+    nor FAILED) that did not need the driver's build; ``saved_ms`` is original build time minus
+    load time, summed.
     """
 
     hits: int = 0
@@ -146,6 +179,8 @@ class Stats:
     memory: int = 0
     corrupt: int = 0
     bypass: int = 0
+    rekeyed: int = 0
+    failed: int = 0
     saved_ms: float = 0.0
     location: str = "memory only"
     devices: list[DeviceUsage] = field(default_factory=list)
@@ -156,13 +191,15 @@ class Stats:
         n = Counter(r.outcome for r in records)
         return cls(hits=n[Outcome.HIT], misses=n[Outcome.MISS], memory=n[Outcome.MEMORY],
                    corrupt=n[Outcome.CORRUPT], bypass=n[Outcome.BYPASS],
+                   rekeyed=n[Outcome.REKEYED], failed=n[Outcome.FAILED],
                    saved_ms=sum(r.saved_ms for r in records), **kwargs)
 
     @property
     def hit_rate(self) -> float | None:
         """Share of cached trips served without a driver build; ``None`` before any trip."""
-        total = self.hits + self.memory + self.misses + self.corrupt
-        return (self.hits + self.memory) / total if total else None
+        served = self.hits + self.memory + self.rekeyed
+        total = served + self.misses + self.corrupt
+        return served / total if total else None
 
     @property
     def entries(self) -> int:

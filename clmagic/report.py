@@ -28,8 +28,10 @@ COLOURS = {
     "MISS": "#c0392b",
     "HIT": "#1e8449",
     "MEMORY": "#2471a3",
+    "REKEYED": "#148f77",
     "CORRUPT": "#b9770e",
     "BYPASS": "#7f8c8d",
+    "FAILED": "#6c3483",
 }
 _WORD = {"BYPASS": "BUILD"}
 
@@ -44,22 +46,37 @@ def _parts(r: BuildResult) -> list[str]:
         timing = f"loaded in {_ms(r.ms)} (build was {_ms(r.build_ms)})"
     elif r.outcome == "MEMORY":
         timing = f"{_ms(r.ms)} from memory (build was {_ms(r.build_ms)})"
+    elif r.outcome == "REKEYED":
+        timing = f"loaded in {_ms(r.ms)} (build was {_ms(r.build_ms)})"
     elif r.outcome == "CORRUPT":
         timing = f"rebuilt in {_ms(r.build_ms)} (stored entry was damaged)"
     else:
         timing = f"built in {_ms(r.build_ms)}"
     parts = [names, timing, r.device.label]
+    if r.outcome == "REKEYED":  # "same code as 3f5a…: only comments or spacing changed" first
+        parts = [names, r.note, timing, r.device.label]
     opts = r.options.effective
     if r.options.written.strip() and r.options.written.strip() != opts:
         parts.append(f"options {r.options.written.strip()} → {opts or '(driver default)'}")
     elif opts:
         parts.append(f"options {opts}")
-    if r.outcome != "MEMORY":
+    if r.outcome not in ("MEMORY", "REKEYED"):
         parts.append(r.note)
+    elif r.outcome == "REKEYED" and r.saved:
+        parts.append("saved")
     if r.build_log:
         n = len(r.build_log.splitlines())
-        parts.append(f"build log: {n} line{'s' if n != 1 else ''}")
+        parts.append(f"{_log_title(r)}: {n} line{'s' if n != 1 else ''}")
     return [p for p in parts if p]
+
+
+def _log_title(r: BuildResult) -> str:
+    """``build log``, or, for a log that came with a rekeyed binary, whose it is: its line
+    numbers are those of the source first built, not of this one."""
+    origin = r.record.rekeyed_from
+    if not origin:
+        return "build log"
+    return f"build log of {origin[:4]}… (the first build of this code: its line numbers)"
 
 
 def result_text(r: BuildResult) -> str:
@@ -79,8 +96,8 @@ def result_html(r: BuildResult) -> str:
     body = " · ".join(html.escape(p) for p in _parts(r))
     log = ""
     if r.build_log:
-        log = (f"<details><summary>build log</summary><pre>{html.escape(r.build_log)}</pre>"
-               "</details>")
+        log = (f"<details><summary>{html.escape(_log_title(r))}</summary>"
+               f"<pre>{html.escape(r.build_log)}</pre></details>")
     return (
         f'<div class="clmagic-result" data-outcome="{word}" title="key {r.key}" '
         f'style="font-family:monospace;font-size:90%">{badge} {body}{log}</div>'
@@ -112,9 +129,9 @@ def _rate(s: Stats) -> str:
 def stats_text(s: Stats) -> str:
     """Counts of this session, then one line per device in the store."""
     lines = [
-        f"session: {s.hits} hits, {s.memory} memory hits, {s.misses} misses, "
-        f"{s.corrupt} corrupt, {s.bypass} bypassed · hit rate {_rate(s)} · "
-        f"{fmt_duration(s.saved_ms)} saved",
+        f"session: {s.hits} hits, {s.memory} memory hits, {s.rekeyed} rekeyed, "
+        f"{s.misses} misses, {s.corrupt} corrupt, {s.bypass} bypassed, {s.failed} failed · "
+        f"hit rate {_rate(s)} · {fmt_duration(s.saved_ms)} saved",
         f"store:   {s.location} · {s.entries} entries · {fmt_bytes(s.bytes)}",
     ]
     for d in s.devices:
@@ -125,8 +142,9 @@ def stats_text(s: Stats) -> str:
 
 def stats_html(s: Stats) -> str:
     """The statistics as two small tables."""
-    cells = [("hits", s.hits), ("memory hits", s.memory), ("misses", s.misses),
-             ("corrupt", s.corrupt), ("bypassed", s.bypass), ("hit rate", _rate(s)),
+    cells = [("hits", s.hits), ("memory hits", s.memory), ("rekeyed", s.rekeyed),
+             ("misses", s.misses), ("corrupt", s.corrupt), ("bypassed", s.bypass),
+             ("failed", s.failed), ("hit rate", _rate(s)),
              ("time saved", fmt_duration(s.saved_ms))]
     head = "".join(f"<th>{html.escape(k)}</th>" for k, _ in cells)
     row = "".join(f"<td>{html.escape(str(v))}</td>" for _, v in cells)

@@ -193,7 +193,7 @@ def test_comments_and_literals_with_refused_words_are_fine():
 
 @pytest.mark.parametrize("options,why", [
     ("-g", "debug"), ("-O2 -g", "debug"), ("-gline-tables-only", "debug"),
-    ("-nv-line-info", "debug"), ("-Werror", "Werror"), ("-Werror=misleading-indentation", "Werror"),
+    ("-nv-line-info", "debug"), ("-lineinfo", "debug"), ("-Werror", "Werror"), ("-Werror=misleading-indentation", "Werror"),
     ("-cl-std=CLC++", "C++"), ("-cl-std=clc++2021", "C++"), ("-DS(x)=#x", "#"),
     ("-DL=__LINE__", "position"),
 ])
@@ -204,6 +204,7 @@ def test_options_that_make_lines_or_spacing_matter_rule_rekeying_out(options, wh
 
 
 @pytest.mark.parametrize("options", ["", "-O2", "-cl-fast-relaxed-math -DN=4", "-I inc -w",
+                                     "-DDEBUG=0", "-Idebug",
                                      "-cl-std=CL2.0", "-DGROUP=64 -cl-mad-enable"])
 def test_ordinary_options_allow_rekeying(options):
     assert option_refusal(options) == ""

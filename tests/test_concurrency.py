@@ -55,10 +55,12 @@ print(json.dumps({"outcomes": outcomes, "errors": errors, "ran": a.tolist() == [
 
 def _check_folder(cache, expect: int) -> None:
     every = [p for p in cache.rglob("*") if p.is_file()]
-    stray = [p.name for p in every if p.suffix not in (".clbin", ".hits")]
+    stray = [p.name for p in every if p.suffix not in (".clbin", ".hits", ".code")]
     assert not stray, f"stray files {stray}"  # no temp or lock files
     files = [p for p in every if p.suffix == ".clbin"]
     assert len(files) == expect
+    for code in (p for p in every if p.suffix == ".code"):  # each code index names an entry
+        assert code.with_name(code.read_text() + ".clbin") in files
     for path in files:
         entry = decode(path.read_bytes(), key=path.stem, fingerprint=path.parent.name)
         assert entry.kernels[0].startswith("k")

@@ -105,9 +105,14 @@ FAULTS = [
           plant=True, child=True),
     Fault("driver-refuses", "a binary the driver refuses (another driver's, checksums valid)",
           Outcome.CORRUPT, REPAIRED, "test_a_binary_the_driver_refuses_is_corrupt"),
-    Fault("read-only", "a read-only cache directory", "HIT / MISS",
-          "stored entries are served (HIT); new builds MISS and are not saved; one warning",
+    Fault("read-only", "a read-only cache directory", "HIT / REKEYED / MISS",
+          "stored entries are served (HIT, or REKEYED for a comment-only edit); new builds MISS"
+          " and are not saved; one warning",
           "test_read_only_cache_serves_hits_stores_nothing_says_so_once"),
+    Fault("stale-code-index", "a code index naming a damaged or removed entry", Outcome.MISS,
+          "the index is advisory: the entry it names must pass every check and carry that code"
+          " key, else the source is built",
+          "test_rekey.py::test_a_damaged_original_or_a_stale_index_is_a_build"),
     Fault("full-disk", "a full disk (RLIMIT_FSIZE)", Outcome.MISS,
           "built, not saved, no partial or temp file left, one warning",
           "test_full_disk_builds_saves_nothing_leaves_nothing"),
@@ -188,8 +193,10 @@ def test_damaged_entry_is_detected_counted_and_repaired(fault, store_factory, tm
         assert Path(location + "-victim").read_bytes() == b"precious"
     if store_factory.name == "directory":
         folder = Path(location) / fp
-        # the repaired entry and, at most, its use counter: no temp file, no squatter
-        names = sorted(p.name for p in folder.iterdir())
+        # the repaired entry and, at most, its use counter and the code index naming it: no
+        # temp file, no squatter
+        names = sorted(p.name for p in folder.iterdir()
+                       if not (p.suffix == ".code" and p.read_bytes() == key.encode()))
         assert names in ([f"{key}.clbin"], [f"{key}.clbin", f"{key}.hits"]), names
 
 
@@ -224,14 +231,14 @@ def test_read_only_cache_serves_hits_stores_nothing_says_so_once(tmp_path, pocl)
         folder.chmod(0o500)
     before = sorted(cache.rglob("*"))
     try:
-        others = [SRC + "// another key\n", SRC + "// a third key\n"]
+        others = [SRC + "// same code: rekeyed\n", SRC + "#define ANOTHER_KEY 1\n"]
         report, err = _child([SRC, *others], {"CLMAGIC_CACHE_DIR": str(cache),
                                               "CLMAGIC_DEVICE": pocl}, unprivileged=True)
     finally:
         for folder in (cache, cache / first.device.fingerprint):
             folder.chmod(0o700)
     builds = report["builds"]
-    assert [b["outcome"] for b in builds] == ["HIT", "MISS", "MISS"]
+    assert [b["outcome"] for b in builds] == ["HIT", "REKEYED", "MISS"]
     assert all(b["correct"] and not b["saved"] for b in builds)
     assert all("not saved" in b["note"] for b in builds[1:])
     (warning,) = _warnings(err)

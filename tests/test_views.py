@@ -23,6 +23,13 @@ def _entry_path(cache_dir, r):
     return cache_dir / r.device.fingerprint / f"{r.key}.clbin"
 
 
+def _footprint(cache_dir, r) -> int:
+    """The entry file's bytes and its code index's (the index counts for the entry it names)."""
+    size = _entry_path(cache_dir, r).stat().st_size
+    codes = (cache_dir / r.device.fingerprint).glob("*.code")
+    return size + sum(c.stat().st_size for c in codes if c.read_text() == r.key)
+
+
 def _binary(r) -> bytes:
     return bytes(r.program.get_info(cl.program_info.BINARIES)[0])
 
@@ -41,7 +48,9 @@ def test_store_hits_are_counted_beside_the_entry_which_is_never_rewritten(compil
     assert entry.binary is None
     assert entry.usage.hits == 2
     assert entry.usage.last_used == path.with_suffix(".hits").stat().st_mtime
-    assert entry.usage.stored_bytes == path.stat().st_size + 2
+    code = path.with_name(entry.meta.code_key + ".code")  # the code index, for rekeying
+    assert code.read_bytes() == entry.key.encode()
+    assert entry.usage.stored_bytes == path.stat().st_size + 2 + code.stat().st_size
     assert compiler.store.delete(first.device.fingerprint, first.key)
     assert not path.exists() and not path.with_suffix(".hits").exists()
 
@@ -90,7 +99,7 @@ def test_cache_frame_columns_dtypes_and_values(compiler, cache_dir, pocl, oclgri
         assert row["binary_bytes"] == len(_binary(r))
         assert row["build_ms"] == pytest.approx(r.build_ms, abs=1e-3)
         assert row["hits"] == hits
-        assert row["stored_bytes"] == path.stat().st_size + hits
+        assert row["stored_bytes"] == _footprint(cache_dir, r) + hits
         assert row["created"].tzinfo is not None
         assert t0 - 1 <= row["created"].timestamp() <= row["last_used"].timestamp() <= t1 + 1
         assert row["store"] == f"directory:{cache_dir}"
@@ -167,7 +176,7 @@ def test_stats_counts_and_store_usage(compiler, cache_dir, pocl, oclgrind):
     assert set(per) == {hit.device.fingerprint, b.device.fingerprint}
     pocl_use = per[hit.device.fingerprint]
     assert (pocl_use.entries, pocl_use.hits) == (1, 1)
-    assert pocl_use.bytes == _entry_path(cache_dir, hit).stat().st_size + 1
+    assert pocl_use.bytes == _footprint(cache_dir, hit) + 1
     assert s.bytes == sum(p.stat().st_size for p in cache_dir.rglob("*") if p.is_file())
     html = s._repr_html_()
     assert "clmagic-stats" in html and "50%" in html and b.device.fingerprint in html

@@ -18,6 +18,7 @@ the binary) and stats the ``.hits`` files.
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import io
 import os
@@ -73,6 +74,20 @@ def _read_entry_meta(path: str) -> tuple[EntryMeta | None, int]:
         return read_meta(io.BytesIO(buf)), os.fstat(fd).st_size
     except (OSError, CorruptEntry):
         return None, 0
+    finally:
+        os.close(fd)
+
+
+def _index_size(path: str, key: str) -> int:
+    """The size of a code index file when it names ``key``, else 0."""
+    try:
+        fd = os.open(path, os.O_RDONLY | O_NOFOLLOW)
+    except OSError:
+        return 0
+    try:
+        return len(key) if os.read(fd, 65) == key.encode() else 0
+    except OSError:
+        return 0
     finally:
         os.close(fd)
 
@@ -357,6 +372,9 @@ class DirectoryStore(Store):
                     continue  # unreadable, damaged or filed under another name
                 usage = (self._usage(Path(folder, name), size) if key + HITS_SUFFIX in names
                          else Usage(stored_bytes=size, store=self.kind))
+                if meta.code_key + CODE_SUFFIX in names:  # the code index counts for its entry
+                    index = _index_size(os.path.join(folder, meta.code_key + CODE_SUFFIX), key)
+                    usage = dataclasses.replace(usage, stored_bytes=usage.stored_bytes + index)
                 yield Entry(meta, usage)
 
     def clear(self, fingerprint: str | None = None) -> tuple[int, int]:
