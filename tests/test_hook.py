@@ -133,7 +133,9 @@ def test_a_build_error_is_pyopencls_own_exception_and_log(which, request, compil
         return re.sub(r"tempfile_\w+|/tmp/[\w/.-]+\.cl", "TEMP", text)
 
     assert same(str(hooked)) == same(str(plain))
-    assert compiler.history.records == [] and list(compiler.store.entries()) == []
+    (failed,) = compiler.history.records  # recorded as FAILED, with its first error; no entry
+    assert failed.outcome == "FAILED" and "undefined_name" in failed.note
+    assert list(compiler.store.entries()) == []
 
 
 def test_threads_build_at_once_through_the_hook(hooked, pocl):
