@@ -197,7 +197,7 @@ def test_check_binary_checks_hash_length_and_name():
     check_binary(e.meta, e.binary, e.key, FP)
     check_binary(e.meta, e.binary, None, None)
     with pytest.raises(CorruptEntry, match="checksum"):
-        check_binary(e.meta, e.binary[:-1] + b"\x00", e.key, FP)
+        check_binary(e.meta, e.binary[:-1] + bytes([e.binary[-1] ^ 1]), e.key, FP)
     with pytest.raises(CorruptEntry, match="length"):
         check_binary(dataclasses.replace(e.meta, binary_bytes=1), e.binary, e.key, FP)
     with pytest.raises(CorruptEntry, match="another key"):
