@@ -1,4 +1,5 @@
-"""The ``clmagic`` command: ``demo``, ``devices``, ``info``, ``run``."""
+"""The ``clmagic`` command: argparse subcommands over the library (``demo``, ``devices``,
+``info``, ``run`` here; the cache commands in :mod:`clmagic.commands`)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import os
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 
 __all__ = ["main", "DEMO_SOURCE"]
 
@@ -157,12 +159,12 @@ def _run(args: argparse.Namespace) -> int:
     return 1
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point of the ``clmagic`` command."""
-    from .errors import ClmagicError
-
-    parser = argparse.ArgumentParser(prog="clmagic", description=__doc__)
-    sub = parser.add_subparsers(dest="cmd", required=True)
+def build_parser() -> argparse.ArgumentParser:
+    """The ``clmagic`` parser: one subcommand per task (handlers in :mod:`clmagic.commands`)."""
+    parser = argparse.ArgumentParser(
+        prog="clmagic", description="clmagic: OpenCL kernels through a persistent binary cache.",
+        epilog="exit status: 0 done, 1 the work failed (in part), 2 bad input or usage")
+    sub = parser.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
     demo = sub.add_parser("demo", help="compile a kernel in two processes: MISS, then HIT")
     child = sub.add_parser("_demo-child")
     for p in (demo, child):
@@ -180,9 +182,96 @@ def main(argv: list[str] | None = None) -> int:
                      help="print this run's hits, misses and time saved to stderr at the end")
     run.add_argument("target", metavar="SCRIPT", help="the script (or, with -m, the module)")
     run.add_argument("args", nargs=argparse.REMAINDER, help="the script's own arguments")
-    args = parser.parse_args(argv)
-    handler = {"demo": _demo, "_demo-child": _demo_child, "devices": _devices, "info": _info,
-               "run": _run}
+
+    ls = sub.add_parser("ls", help="the cached entries, most recently used first")
+    ls.add_argument("--device", "-d", metavar="SPEC", help="only this device's entries")
+    ls.add_argument("--sort", metavar="COLUMN", default="last_used",
+                    help="column to sort by (numbers and times: largest first; default last_used)")
+    fmt = ls.add_mutually_exclusive_group()
+    fmt.add_argument("--csv", action="store_true", help="every column, as CSV")
+    fmt.add_argument("--json", action="store_true", help="every column, as JSON records")
+
+    stats = sub.add_parser("stats", help="hits, misses, evictions, time saved: this store's "
+                                         "lifetime, per device")
+    stats.add_argument("--zero", action="store_true", help="reset the lifetime statistics")
+    stats.add_argument("--json", action="store_true", help="as JSON")
+
+    clear = sub.add_parser("clear", help="remove entries (all of them when no filter is given)")
+    clear.add_argument("keys", nargs="*", metavar="KEY_PREFIX", help="only keys starting so")
+    clear.add_argument("--device", "-d", metavar="SPEC", help="only this device's entries")
+    clear.add_argument("--older-than", metavar="AGE", help="only entries unused for AGE (7d)")
+    clear.add_argument("--yes", "-y", action="store_true",
+                       help="clear everything without asking (asked only on a terminal)")
+    clear.add_argument("--json", action="store_true", help="say what was removed as JSON")
+
+    prune = sub.add_parser("prune", help="evict least recently used entries down to a size, or "
+                                         "entries unused for an age")
+    prune.add_argument("--max-size", metavar="SIZE",
+                       help="evict down to SIZE (500M, 2G; default: the cache's limit)")
+    prune.add_argument("--older-than", metavar="AGE", help="evict entries unused for AGE (30d)")
+    prune.add_argument("--json", action="store_true", help="say what was evicted as JSON")
+
+    export = sub.add_parser("export", help="write the cache (or a part) to a bundle file")
+    export.add_argument("path", metavar="PATH", help="the bundle file to write")
+    export.add_argument("--device", "-d", metavar="SPEC", help="only this device's entries")
+    export.add_argument("--kernel", "-k", action="append", metavar="NAME",
+                        help="only programs defining this kernel (repeatable)")
+    export.add_argument("--force", "-f", action="store_true", help="replace an existing PATH")
+    export.add_argument("--json", action="store_true", help="the report as JSON")
+
+    imp = sub.add_parser("import", help="add a bundle's entries (never overwriting yours)")
+    imp.add_argument("path", metavar="PATH", help="the bundle file to read")
+    imp.add_argument("--json", action="store_true", help="the report as JSON")
+
+    warm = sub.add_parser("warm", help="build every .cl file under PATHs into the cache, in "
+                                       "parallel processes")
+    warm.add_argument("paths", nargs="+", metavar="PATH", help="files or folders (.cl files)")
+    warm.add_argument("--opts", default="", metavar="OPTIONS",
+                      help='build options as one string, e.g. --opts="-O3 -cl-mad-enable"')
+    warm.add_argument("--device", "-d", metavar="SPEC", help="device (default: the default)")
+    warm.add_argument("-D", dest="defines", action="append", default=[], metavar="NAME[=V]",
+                      help="a macro definition (repeatable)")
+    warm.add_argument("-I", dest="includes", action="append", default=[], metavar="DIR",
+                      help="an include folder (repeatable)")
+    warm.add_argument("--jobs", "-j", type=int, default=None, metavar="N",
+                      help="processes building at once (default: one per CPU)")
+    warm.add_argument("--json", action="store_true", help="the report as JSON")
+
+    config = sub.add_parser("config", help="every setting: value and where it came from")
+    config.add_argument("--json", action="store_true", help="as JSON")
+    return parser
+
+
+#: options whose value may start with "-" (a negative size is then refused by clmagic, in its
+#: own words, instead of argparse's "expected one argument"; build options start with "-")
+_DASH_VALUES = ("--max-size", "--older-than", "--opts")
+
+
+def _join_dash_values(argv: list[str]) -> list[str]:
+    if not argv or argv[0] not in ("clear", "prune", "warm"):
+        return argv  # (``run`` hands its arguments to the script untouched)
+    out: list[str] = []
+    for arg in argv:
+        if out and out[-1] in _DASH_VALUES and arg.startswith("-"):
+            out[-1] = f"{out[-1]}={arg}"
+        else:
+            out.append(arg)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``clmagic`` command."""
+    from .errors import ClmagicError
+
+    argv = _join_dash_values(sys.argv[1:] if argv is None else list(argv))
+    args = build_parser().parse_args(argv)
+    handler: dict[str, Callable[[argparse.Namespace], int]] = {
+        "demo": _demo, "_demo-child": _demo_child, "devices": _devices, "info": _info,
+        "run": _run}
+    if args.cmd not in handler:
+        from . import commands
+
+        handler = commands.HANDLERS
     try:
         return handler[args.cmd](args)
     except ClmagicError as exc:
@@ -190,3 +279,6 @@ def main(argv: list[str] | None = None) -> int:
         if hasattr(exc, "log"):
             print(exc.log, file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("clmagic: interrupted", file=sys.stderr)
+        return 130

@@ -12,6 +12,7 @@ import dataclasses
 import os
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -25,6 +26,7 @@ from .entry import Entry
 from .errors import BuildError, ClmagicError, CorruptEntry, DeviceError
 from .includes import Unkeyable, find_headers, strip_comments
 from .key import CodeKey, cache_key, code_key_of
+from .lifetime import Counters
 from .options import BuildOptions, parse_options
 from .records import History, Outcome, Record
 from .results import BuildResult, ProgramBuild
@@ -81,13 +83,18 @@ class Compiler:
     ``Compiler()`` reads its settings from the environment; pass ``settings`` or ``store`` to
     choose explicitly (``store=None`` keeps programs in memory only). With ``CLMAGIC_REMOTE``
     set, the store is a :class:`~clmagic.store.LayeredStore` (local in front of the remote).
+    At most ``memory_max`` programs (settings; ``CLMAGIC_MEMORY_MAX``) stay in memory, the least
+    recently used dropped first: a re-run cell whose program was dropped is a store HIT.
     """
 
     def __init__(
         self, settings: Settings | None = None, store: Store | None | _Default = _DEFAULT_STORE
     ):
         self.settings = settings or Settings.from_env()
-        self._memory: dict[tuple[str, str], driver.Built] = {}
+        #: programs kept in memory, least recently used dropped first (``CLMAGIC_MEMORY_MAX``)
+        self.memory_max = self.settings.memory_max
+        self._memory: OrderedDict[tuple[str, str], driver.Built] = OrderedDict()
+        self._no_counters = Counters(None)  # this session's counts when there is no store
         #: programs built for callers' contexts (the pyopencl hook), by their keys
         self._programs: dict[tuple[tuple[str, str], ...], driver.Built] = {}
         self._lock = threading.Lock()  # memory and history; builds themselves run in parallel
@@ -176,6 +183,9 @@ class Compiler:
             return self._bypass(trip)
         built = self._memory.get(trip.memo)
         if built is not None and built.context == trip.ctx:
+            with self._lock:
+                if trip.memo in self._memory:
+                    self._memory.move_to_end(trip.memo)
             return self._finish(trip, Outcome.MEMORY, built, note="memory")
         built, outcome, note = self._from_store(trip)
         if built is not None:
@@ -186,8 +196,7 @@ class Compiler:
             if found is not None:
                 return found
         built = self._compile_trip(trip)
-        with self._lock:
-            self._memory[trip.memo] = built
+        self._keep(trip.memo, built)
         rec = self._record(trip.info, trip.prep, trip.t0, outcome, built, code_key=code.key)
         saved, note = self._save(rec, built.program, trip.dev)
         return self._finish(trip, outcome, built, saved=saved, note=note, code_key=code.key)
@@ -226,8 +235,7 @@ class Compiler:
             except CorruptEntry as exc:
                 corrupt = self._damaged(trip.info, trip.prep.key, exc)
             else:
-                with self._lock:
-                    self._memory[trip.memo] = built
+                self._keep(trip.memo, built)
                 self._record_hit(self.store, *trip.memo)
                 return built, Outcome.HIT, _served_from(entry, self.store)
         return None, Outcome.CORRUPT if corrupt else Outcome.MISS, ""
@@ -255,8 +263,7 @@ class Compiler:
         except (CorruptEntry, OSError):
             return None  # a damaged original: this trip builds its own
         built = dataclasses.replace(built, log_from=entry.meta.rekeyed_from or entry.key)
-        with self._lock:
-            self._memory[trip.memo] = built
+        self._keep(trip.memo, built)
         self._record_hit(store, trip.info.fingerprint, entry.key)
         rec = self._record(trip.info, trip.prep, trip.t0, Outcome.REKEYED, built, code_key=code)
         saved = store.put(rec.entry(entry.binary))
@@ -277,6 +284,8 @@ class Compiler:
                 origin: str = "cell") -> None:
         """FAILED records (one per device) for a build the driver refused: its first error line
         as the note, its log as the build log."""
+        for info in infos:
+            self.counters.add(info.fingerprint, Outcome.FAILED)
         if not self.history.active:
             return
         recs = [Record(time=time.time(), outcome=Outcome.FAILED, kernels=[],
@@ -296,6 +305,7 @@ class Compiler:
         if self.history.active:  # CLMAGIC_RECORD=off without debug: nothing to keep or print
             with self._lock:
                 self.history.add(rec)
+        self.counters.add(rec.fingerprint, outcome, 1, rec.saved_ms)
         return BuildResult(built.program, built.kernels, trip.ctx, trip.queue, trip.prep.opts,
                            rec)
 
@@ -332,6 +342,8 @@ class Compiler:
                 with self._lock:
                     for rec in recs:
                         self.history.add(rec)
+            for rec in recs:
+                self.counters.add(rec.fingerprint, rec.outcome, 1, rec.saved_ms)
             return ProgramBuild(built.program, outcome, recs, built.log)
 
         def compile_all() -> driver.Built:
@@ -408,6 +420,19 @@ class Compiler:
                     self._prepared.pop(next(iter(self._prepared)))
                 self._prepared[memo] = prepared
         return prepared
+
+    @property
+    def counters(self) -> Counters:
+        """The store's lifetime (and session) counters; session only without a store."""
+        return self.store.counters if self.store is not None else self._no_counters
+
+    def _keep(self, memo: tuple[str, str], built: driver.Built) -> None:
+        """Keep a program in memory, dropping the least recently used past ``memory_max``."""
+        with self._lock:
+            self._memory[memo] = built
+            self._memory.move_to_end(memo)
+            while len(self._memory) > max(self.memory_max, 1):
+                self._memory.popitem(last=False)
 
     def _remember(self, keys: tuple[tuple[str, str], ...], built: driver.Built) -> None:
         with self._lock:

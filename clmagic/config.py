@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import os
+import re
 import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .errors import OptionsError
+
 __all__ = ["Settings", "default_cache_dir", "warn", "warn_once", "reset_warnings",
-           "REDIS_SCHEMES", "SQLITE_SUFFIXES"]
+           "REDIS_SCHEMES", "SQLITE_SUFFIXES", "held_warnings", "parse_size", "parse_age",
+           "DEFAULT_MAX_SIZE", "DEFAULT_MEMORY_MAX", "VARIABLES"]
 
 #: URL schemes that select the Redis store
 REDIS_SCHEMES = ("redis://", "rediss://")
@@ -20,6 +26,63 @@ _DEFAULT = {"", "1", "default", "on", "true", "yes"}
 _TRUE = {"1", "true", "yes", "on"}
 
 _warned: set[str] = set()
+
+#: size limit of a directory or SQLite cache unless CLMAGIC_CACHE_MAX_SIZE says otherwise
+DEFAULT_MAX_SIZE = 1 << 30
+#: programs kept in a process's memory (least recently used dropped first)
+DEFAULT_MEMORY_MAX = 256
+
+#: setting → the environment variable(s) it is read from, first found wins
+VARIABLES: dict[str, tuple[str, ...]] = {
+    "cache": ("CLMAGIC_CACHE_DIR",),
+    "max_size": ("CLMAGIC_CACHE_MAX_SIZE",),
+    "memory_max": ("CLMAGIC_MEMORY_MAX",),
+    "remote": ("CLMAGIC_REMOTE",),
+    "remote_ttl": ("CLMAGIC_REMOTE_TTL",),
+    "device": ("CLMAGIC_DEVICE", "PYOPENCL_CTX"),
+    "record": ("CLMAGIC_RECORD",),
+    "debug": ("CLMAGIC_CACHE_DEBUG",),
+    "trust": ("CLMAGIC_CACHE_TRUST",),
+}
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([kmgt]?)(i?)b?\s*$", re.IGNORECASE)
+_POWER = {"": 0, "k": 1, "m": 2, "g": 3, "t": 4}
+_AGE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(s|m|h|d|w)\s*$", re.IGNORECASE)
+_AGE_UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def parse_size(text: str | int) -> int:
+    """Bytes in a size such as ``500M``, ``2G``, ``1.5GiB``, ``64k``, ``4096`` or ``0`` (no
+    limit): K, M, G, T are powers of 1000, Ki, Mi, Gi, Ti powers of 1024, as in ccache. A
+    negative or malformed size raises :class:`OptionsError` in one line."""
+    if isinstance(text, int) and not isinstance(text, bool):
+        if text < 0:
+            raise OptionsError(f"size {text} is negative: use 0 for no limit")
+        return text
+    m = _SIZE.match(str(text))
+    if not m:
+        what = "is negative" if str(text).strip().startswith("-") else "not understood"
+        raise OptionsError(f"size {str(text)!r} {what}: use a number and K, M, G or T "
+                           "(e.g. 500M, 2G; Ki, Mi, Gi for powers of 1024; 0 for no limit)")
+    base = 1024 if m[3] else 1000
+    if m[3] and not m[2]:
+        raise OptionsError(f"size {str(text)!r} not understood: 'i' needs a unit (Ki, Mi, Gi)")
+    return int(float(m[1]) * base ** _POWER[m[2].lower()])
+
+
+def parse_age(text: str | float) -> float:
+    """Seconds in an age such as ``90s``, ``30m``, ``12h``, ``7d``, ``2w`` (or a number of
+    seconds); a negative or malformed age raises :class:`OptionsError` in one line."""
+    if isinstance(text, (int, float)) and not isinstance(text, bool):
+        if text < 0:
+            raise OptionsError(f"age {text} is negative")
+        return float(text)
+    m = _AGE.match(str(text))
+    if not m:
+        what = "is negative" if str(text).strip().startswith("-") else "not understood"
+        raise OptionsError(f"age {str(text)!r} {what}: use a number and s, m, h, d or w "
+                           "(e.g. 7d)")
+    return float(m[1]) * _AGE_UNIT[m[2].lower()]
 
 
 def default_cache_dir() -> Path:
@@ -35,11 +98,30 @@ def warn(message: str) -> None:
 
 
 def warn_once(message: str) -> None:
-    """Print ``clmagic: warning: <message>`` to stderr, once per process and message."""
+    """Print ``clmagic: warning: <message>`` to stderr, once per process and message (held
+    back instead while :func:`held_warnings` is active)."""
     if message in _warned:
         return
     _warned.add(message)
+    if _held is not None:
+        _held.append(message)
+        return
     print(f"clmagic: warning: {message}", file=sys.stderr)
+
+
+_held: list[str] | None = None
+
+
+@contextmanager
+def held_warnings() -> Iterator[list[str]]:
+    """Hold back the once-per-process warnings given inside the block (the list it yields), for
+    a caller that reports the same problem in its own words, or prints them afterwards."""
+    global _held
+    outer, _held = _held, []
+    try:
+        yield _held
+    finally:
+        _held = outer
 
 
 def reset_warnings() -> None:
@@ -54,6 +136,9 @@ class Settings:
     ``cache`` is the raw store location: a folder path, a SQLite file (``.db``, ``.sqlite``,
     ``.sqlite3``), a ``redis://`` URL, or ``None`` for memory only. ``remote`` is a shared
     store behind it (``CLMAGIC_REMOTE``), ``remote_ttl`` its entries' time to live in seconds.
+    ``max_size`` bounds a directory or SQLite cache (and a layered store's local layer) in
+    bytes, ``0`` for no limit; ``memory_max`` the programs kept in memory. ``origins`` says
+    where each setting came from (an environment variable, or ``default``).
     """
 
     cache: str | None
@@ -63,7 +148,10 @@ class Settings:
     remote: str | None = None
     remote_ttl: int | None = None
     trust: bool = False
+    max_size: int = DEFAULT_MAX_SIZE
+    memory_max: int = DEFAULT_MEMORY_MAX
     env: dict[str, str] = field(default_factory=dict)
+    origins: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> Settings:
@@ -77,7 +165,10 @@ class Settings:
         the default device. ``CLMAGIC_REMOTE=redis://…`` puts a shared store behind the local one;
         ``CLMAGIC_REMOTE_TTL`` (seconds) expires its entries when unused that long.
         ``CLMAGIC_CACHE_TRUST=1`` uses a cache folder that is world-writable or owned by another
-        user (refused otherwise).
+        user (refused otherwise). ``CLMAGIC_CACHE_MAX_SIZE`` (``500M``, ``2G``, ``0`` = no
+        limit; default 1 GiB) bounds the cache; ``CLMAGIC_MEMORY_MAX`` (default 256) the
+        programs kept in memory. A value that cannot be used is warned about once and the
+        default applies.
         """
         env = dict(os.environ if environ is None else environ)
         raw = env.get("CLMAGIC_CACHE_DIR")
@@ -104,8 +195,30 @@ class Settings:
                       "entries do not expire")
         shown = {k: v for k, v in env.items() if k.startswith(("CLMAGIC_", "PYOPENCL_", "POCL_"))}
         trust = env.get("CLMAGIC_CACHE_TRUST", "").strip().lower() in _TRUE
+        origins = {}
+        for name, names in VARIABLES.items():
+            found = [n for n in names if (env.get(n) or "").strip()]
+            origins[name] = f"environment ({found[0]})" if found else "default"
+        max_size = _read(env, "CLMAGIC_CACHE_MAX_SIZE", parse_size, DEFAULT_MAX_SIZE, origins,
+                         "max_size")
+        memory_max = _read(env, "CLMAGIC_MEMORY_MAX", _count, DEFAULT_MEMORY_MAX, origins,
+                           "memory_max")
         return cls(cache=cache, debug=debug, record=record, device=device, trust=trust,
-                   remote=remote or None, remote_ttl=ttl, env=shown)
+                   remote=remote or None, remote_ttl=ttl, max_size=max_size,
+                   memory_max=memory_max, env=shown, origins=origins)
+
+    def describe(self) -> list[tuple[str, str, str, str]]:
+        """Every setting as (name, variable, value, origin), like ``ccache -p``."""
+        rows = []
+        for name, names in VARIABLES.items():
+            value = getattr(self, name)
+            if name == "max_size":
+                value = f"{value} bytes" if value else "0 (no limit)"
+            elif name == "cache" and value is None:
+                value = "memory only"
+            rows.append((name, names[0], "" if value is None else str(value),
+                         self.origins.get(name, "default")))
+        return rows
 
 
 def _record_level(raw: str) -> str:
@@ -118,3 +231,24 @@ def _record_level(raw: str) -> str:
     if value not in _DEFAULT:
         warn_once(f"CLMAGIC_RECORD={raw.strip()!r} is not off, summary or full; using summary")
     return "summary"
+
+
+def _count(text: str) -> int:
+    if not text.strip().isdigit() or int(text) < 1:
+        raise OptionsError(f"{text!r} is not a positive whole number")
+    return int(text)
+
+
+def _read(env: dict[str, str], name: str, parse: Callable[[str], int], default: int,
+          origins: dict[str, str], setting: str) -> int:
+    """``parse(env[name])``, or ``default`` (with one warning, noted in ``origins``) when
+    unset or unusable."""
+    raw = (env.get(name) or "").strip()
+    if not raw:
+        return default
+    try:
+        return parse(raw)
+    except OptionsError as exc:
+        warn_once(f"{name}={raw!r} cannot be used ({exc}); using the default {default}")
+        origins[setting] = f"default ({name}={raw!r} not usable)"
+        return default

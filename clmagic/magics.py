@@ -13,11 +13,11 @@ import pyopencl as cl
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
-from traitlets import Bool, observe
+from traitlets import Bool, Int, TraitError, Unicode, observe, validate
 
 from . import manage
 from .compiler import BuildResult, Compiler
-from .config import warn
+from .config import parse_size, warn
 from .errors import OptionsError
 
 if TYPE_CHECKING:
@@ -64,10 +64,45 @@ class CLMagics(Magics):
 
     def __init__(self, shell: InteractiveShell | None = None, compiler: Compiler | None = None,
                  **kwargs: Any) -> None:
+        self._limited: Compiler | None = None  # the compiler the configured limits were set on
         super().__init__(shell=shell, **kwargs)
         self._compiler = compiler
         if self.cache_every_program:  # set in a config file, before any observer ran
             self._hook({"new": True})
+
+    max_size = Unicode(
+        "", help="Size limit of the cache (500M, 2G, 0 = none), as CLMAGIC_CACHE_MAX_SIZE; "
+                 "empty: the environment's. Applies to the store of the following builds."
+    ).tag(config=True)
+    memory_max = Int(
+        0, help="Programs kept in memory (least recently used dropped first), as "
+                "CLMAGIC_MEMORY_MAX; 0: the environment's."
+    ).tag(config=True)
+
+    @validate("max_size")
+    def _valid_size(self, proposal: dict[str, Any]) -> str:
+        value = str(proposal["value"])
+        if value.strip():
+            try:
+                parse_size(value)
+            except OptionsError as exc:  # %config says so in one line; nothing changes
+                raise TraitError(str(exc)) from None
+        return value
+
+    @observe("max_size", "memory_max")
+    def _limits(self, change: dict[str, Any]) -> None:
+        self._limited = None  # set on the compiler at its next use
+
+    def _apply_limits(self, c: Compiler) -> None:
+        """The configured limits (where set), on the compiler about to be used."""
+        if self.max_size.strip() and c.store is not None:
+            try:
+                c.store.max_size = parse_size(self.max_size)
+            except OptionsError as exc:
+                warn(f"CLMagics.max_size: {exc}")
+        if self.memory_max > 0:
+            c.memory_max = self.memory_max
+        self._limited = c
 
     @observe("cache_every_program")
     def _hook(self, change: dict[str, Any]) -> None:
@@ -82,10 +117,15 @@ class CLMagics(Magics):
     def compiler(self) -> Compiler:
         """The compiler behind the magics (the process-wide one unless given)."""
         if self._compiler is not None:
+            if self._compiler is not self._limited:
+                self._apply_limits(self._compiler)
             return self._compiler
         from ._session import get_compiler
 
-        return get_compiler()  # each time: after reset() or a changed CLMAGIC_* variable, new
+        c = get_compiler()  # each time: after reset() or a changed CLMAGIC_* variable, new
+        if c is not self._limited:
+            self._apply_limits(c)
+        return c
 
     @property
     def _namespace(self) -> dict[str, Any]:
@@ -167,13 +207,16 @@ class CLMagics(Magics):
                    "fingerprint).")
     @argument("--older-than", metavar="AGE",
               help="clear: only entries not used for AGE (a number and s, m, h, d or w: 7d).")
+    @argument("--zero", action="store_true",
+              help="stats: set the lifetime statistics to zero first.")
     @line_magic
     def clcache(self, line: str) -> object:
         """Explore and manage clmagic's cache.
 
         ``%clcache``                 the stored entries as a DataFrame, most recently used first
-        ``%clcache stats``           this session's hits, misses, hit rate, time saved; entries
-                                     and bytes per device
+        ``%clcache stats [--zero]``  this session's and the store's lifetime hits, misses,
+                                     evictions, hit rate, time saved side by side; entries and
+                                     bytes per device (``--zero``: lifetime figures to zero)
         ``%clcache history``         this session's build trips as a DataFrame
         ``%clcache info``            where the cache is, its backend, the variables in effect,
                                      the devices (* = active)
@@ -199,9 +242,12 @@ class CLMagics(Magics):
         except UsageError as exc:
             raise OptionsError(str(exc)) from None
         sub = CLCACHE[args.command]
-        extra = {n for n in ("keys", "older_than", "device") if getattr(args, n)} - sub.takes
+        extra = {n for n in ("keys", "older_than", "device", "zero")
+                 if getattr(args, n)} - sub.takes
         if sub.misuse and (extra or (sub.needs_path and len(args.keys) != 1)):
             raise OptionsError(sub.misuse)
+        if "zero" in extra:
+            raise OptionsError("--zero goes with %clcache stats only")
         if extra & {"keys", "older_than"}:
             raise OptionsError("KEY_PREFIX and --older-than go with %clcache clear only")
         if extra:
@@ -226,6 +272,12 @@ def _frame(m: CLMagics, a: Namespace) -> object:
     from .frames import cache_frame
 
     return cache_frame(a.device, compiler=m.compiler)
+
+
+def _stats(m: CLMagics, a: Namespace) -> object:
+    if a.zero:
+        manage.zero_stats(m.compiler)
+    return manage.stats(m.compiler)
 
 
 def _history(m: CLMagics, a: Namespace) -> object:
@@ -273,7 +325,7 @@ class Subcommand:
 #: ``%clcache`` subcommands (``None``: no subcommand, the entries as a DataFrame)
 CLCACHE: dict[str | None, Subcommand] = {
     None: Subcommand(_frame, frozenset({"device"})),
-    "stats": Subcommand(lambda m, a: manage.stats(m.compiler)),
+    "stats": Subcommand(_stats, frozenset({"zero"})),
     "history": Subcommand(_history),
     "info": Subcommand(lambda m, a: manage.cache_info(m.compiler)),
     "clear": Subcommand(lambda m, a: manage.clear_cache(a.device, a.older_than, a.keys,

@@ -15,9 +15,11 @@ from typing import TYPE_CHECKING
 
 from . import devices as _devices
 from ._session import or_default
-from .errors import DeviceError, OptionsError
-from .records import DeviceUsage, Stats, from_origin
-from .report import info_html, info_text, removed_html, removed_text
+from .config import parse_age, parse_size
+from .errors import ClmagicError, DeviceError, OptionsError
+from .lifetime import counters_for
+from .records import DeviceUsage, Stats, from_origin, tally_of
+from .report import fmt_bytes, info_html, info_text, removed_html, removed_text
 
 if TYPE_CHECKING:
     from .compiler import Compiler
@@ -26,20 +28,12 @@ if TYPE_CHECKING:
     from .store import Store
 
 __all__ = ["parse_age", "device_fingerprints", "select_entries", "remove_entries", "clear_cache",
-           "Removed", "stats", "cache_info", "CacheInfo", "entry_label"]
+           "Removed", "stats", "zero_stats", "lifetime_counts", "prune", "cache_info", "CacheInfo",
+           "entry_label"]
 
-_AGE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d|w)\s*$", re.IGNORECASE)
-_UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 _HEX = re.compile(r"^[0-9a-f]{1,64}$")
 
 
-def parse_age(text: str) -> float:
-    """Seconds in an age such as ``90s``, ``30m``, ``12h``, ``7d``, ``2w``."""
-    m = _AGE.match(str(text))
-    if not m:
-        raise OptionsError(f"age {text!r} not understood: use a number and s, m, h, d or w "
-                           "(e.g. 7d)")
-    return float(m[1]) * _UNIT[m[2].lower()]
 
 
 def entry_label(meta: EntryMeta) -> str:
@@ -79,8 +73,7 @@ def select_entries(store: Store, device: object = None, older_than: str | float 
     for p in prefixes:
         if not _HEX.match(p):
             raise OptionsError(f"key prefix {p!r} is not hexadecimal (keys are SHA-256 hex)")
-    age = None if older_than is None else (
-        older_than if isinstance(older_than, (int, float)) else parse_age(older_than))
+    age = None if older_than is None else parse_age(older_than)
     entries = list(store.entries())
     if device is not None and device != "":
         fps = device_fingerprints(device, entries)
@@ -172,12 +165,77 @@ def usage(store: Store | None) -> list[DeviceUsage]:
 
 
 def stats(compiler: Compiler | None = None, origin: str | None = None) -> Stats:
-    """This session's hits, misses, memory hits, corrupt entries, hit rate and time saved, with
-    the entries and bytes the store holds per device; ``origin`` counts only the trips of that
-    origin (``cell``, a module such as ``pyopencl.elementwise``, or a package: ``silx``)."""
+    """This session's and the store's lifetime hits, misses, memory hits, corrupt entries,
+    evictions, hit rate and time saved, side by side, with the entries and bytes the store
+    holds per device (and each device's lifetime counts); ``origin`` counts only this
+    session's trips of that origin (``cell``, a module such as ``pyopencl.elementwise``, or a
+    package: ``silx``; lifetime figures are not kept per origin)."""
     c = or_default(compiler)
+    devices = usage(c.store)
     records = [r for r in c.history.records if from_origin(r.origin, origin)]
-    return Stats.of(records, location=_where(c.store), devices=usage(c.store))
+    s = Stats.of(records, location=_where(c.store), devices=devices,
+                 max_size=c.store.max_size if c.store is not None else 0)
+    evicted = tally_of(c.counters.session)
+    s.session.evictions, s.session.evicted_bytes = evicted.evictions, evicted.evicted_bytes
+    life = lifetime_counts(c.store)
+    if life is not None:
+        s.lifetime = tally_of(life)
+        per = {d.fingerprint: d for d in devices}
+        for fp in sorted({fp for fp, _ in life} - set(per)):  # counted, no entries left
+            devices.append(DeviceUsage(fp, fp))
+        for d in devices:
+            d.lifetime = tally_of(life, d.fingerprint)
+    return s
+
+
+def lifetime_counts(store: Store | None) -> dict[tuple[str, str], list[float]] | None:
+    """Every process's counts in ``store`` since the last zeroing, per (fingerprint, counter);
+    ``None`` where the store keeps none (memory only, a Redis store)."""
+    folder = store.stats_folder if store is not None else None
+    return counters_for(folder).lifetime() if folder is not None else None
+
+
+def zero_stats(compiler: Compiler | None = None) -> None:
+    """Set the store's lifetime statistics to zero (this session's are kept)."""
+    c = or_default(compiler)
+    if c.store is None or c.store.stats_folder is None:
+        where = "the cache is off (memory only)" if c.store is None else \
+            f"a {c.store.kind} cache keeps no lifetime statistics on this machine"
+        raise OptionsError(f"{where}: nothing to zero")
+    try:
+        counters_for(c.store.stats_folder).zero()
+    except OSError as exc:
+        raise ClmagicError(f"cannot zero the statistics in {c.store.stats_folder}: "
+                           f"{exc.strerror or exc}") from None
+
+
+def prune(max_size: int | str | None = None, older_than: str | float | None = None,
+          compiler: Compiler | None = None) -> Removed:
+    """Evict least recently used entries until the store holds at most ``max_size`` (bytes or
+    ``500M``-style; default: the store's own limit), and every entry unused for ``older_than``
+    (an age or seconds); says how many entries and bytes went. A limit that cannot hold the
+    largest entry is refused (nothing removed); so is a memory-only cache."""
+    c = or_default(compiler)
+    if c.store is None:
+        raise OptionsError("the cache is off (memory only): nothing to prune")
+    limit = parse_size(max_size) if max_size is not None else c.store.max_size
+    age = parse_age(older_than) if older_than is not None else None
+    if not limit and age is None:
+        raise OptionsError(f"the cache at {c.store.location} has no size limit: give a size "
+                           "or an age")
+    uses = c.store.usage_list()
+    biggest = max((u.size for u in uses), default=0)
+    if limit and limit < biggest:
+        raise OptionsError(f"a limit of {fmt_bytes(limit)} is smaller than one entry "
+                           f"(the largest takes {fmt_bytes(biggest)}); nothing removed")
+    gone = c.store.evict(limit if limit else sum(u.size for u in uses), age, uses=uses)
+    out = Removed(location=_where(c.store))
+    for u in gone:
+        c.forget(u.fingerprint, u.key)
+        out.entries += 1
+        out.bytes += u.size
+        out.keys.append(u.key)
+    return out
 
 
 @dataclass

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from .devices import DeviceInfo
 
 __all__ = ["Outcome", "Record", "History", "Stats", "DeviceUsage", "from_origin",
-           "RECORD_LEVELS"]
+           "RECORD_LEVELS", "Tally", "tally_of"]
 
 
 class Outcome:
@@ -163,43 +163,132 @@ class DeviceUsage:
     entries: int = 0
     bytes: int = 0
     hits: int = 0
+    #: every process's counts for this device since the last zeroing (``None``: not kept)
+    lifetime: Tally | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-able usage."""
+        return {"fingerprint": self.fingerprint, "label": self.label, "entries": self.entries,
+                "bytes": self.bytes, "hits": self.hits,
+                "lifetime": self.lifetime.as_dict() if self.lifetime is not None else None}
+
+
+#: outcomes left out of the hit rate: the cache bypassed, or a build the driver refused
+UNCACHED = (Outcome.BYPASS, Outcome.FAILED)
+
+
+@dataclass
+class Tally:
+    """Counts of trips by outcome (any outcome name), time saved, and evictions."""
+
+    counts: dict[str, int] = field(default_factory=dict)
+    saved_ms: float = 0.0
+    evictions: int = 0
+    evicted_bytes: int = 0
+
+    def __getitem__(self, outcome: str) -> int:
+        return self.counts.get(outcome, 0)
+
+    @property
+    def hit_rate(self) -> float | None:
+        """Share of cached trips (not BYPASS nor FAILED) served without a driver build (HIT,
+        MEMORY, REKEYED); ``None`` before any trip."""
+        total = sum(n for o, n in self.counts.items() if o not in UNCACHED)
+        return sum(self[o] for o in Outcome.SERVED) / total if total else None
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-able counts."""
+        return {"counts": dict(self.counts), "hit_rate": self.hit_rate,
+                "saved_ms": self.saved_ms, "evictions": self.evictions,
+                "evicted_bytes": self.evicted_bytes}
+
+
+def tally_of(counters: dict[tuple[str, str], list[float]],
+             fingerprint: str | None = None) -> Tally:
+    """The lifetime :class:`Tally` from counters keyed by (fingerprint, name) with [count,
+    value] (``value``: ms saved, bytes for evictions), of one device or all."""
+    out = Tally()
+    for (fp, name), (count, value) in counters.items():
+        if fingerprint is not None and fp != fingerprint:
+            continue
+        if name == "EVICT":
+            out.evictions += int(count)
+            out.evicted_bytes += int(value)
+        else:
+            out.counts[name] = out.counts.get(name, 0) + int(count)
+            out.saved_ms += value
+    return out
 
 
 @dataclass
 class Stats:
-    """This session's build trips and what the store holds, per device.
+    """This session's build trips and the store's lifetime figures, with what the store holds
+    per device.
 
-    ``hit_rate`` is the share of cached trips (HIT, MEMORY, REKEYED, MISS, CORRUPT; not BYPASS
-    nor FAILED) that did not need the driver's build; ``saved_ms`` is original build time minus
+    ``session`` counts this process's trips (from the history) and the evictions its saves
+    caused; ``lifetime`` every process's since the last zeroing (``None`` where the store keeps
+    none); ``hit_rate`` is the share of cached trips (not BYPASS nor FAILED) that did not
+    need the driver's build (HIT, MEMORY, REKEYED); ``saved_ms`` is original build time minus
     load time, summed.
     """
 
-    hits: int = 0
-    misses: int = 0
-    memory: int = 0
-    corrupt: int = 0
-    bypass: int = 0
-    rekeyed: int = 0
-    failed: int = 0
-    saved_ms: float = 0.0
+    session: Tally = field(default_factory=Tally)
+    lifetime: Tally | None = None
     location: str = "memory only"
     devices: list[DeviceUsage] = field(default_factory=list)
+    max_size: int = 0
 
     @classmethod
     def of(cls, records: list[Record], **kwargs: Any) -> Stats:
         """Count ``records`` (other fields from ``kwargs``)."""
         n = Counter(r.outcome for r in records)
-        return cls(hits=n[Outcome.HIT], misses=n[Outcome.MISS], memory=n[Outcome.MEMORY],
-                   corrupt=n[Outcome.CORRUPT], bypass=n[Outcome.BYPASS],
-                   rekeyed=n[Outcome.REKEYED], failed=n[Outcome.FAILED],
-                   saved_ms=sum(r.saved_ms for r in records), **kwargs)
+        session = Tally(counts=dict(n), saved_ms=sum(r.saved_ms for r in records))
+        return cls(session=session, **kwargs)
+
+    @property
+    def hits(self) -> int:
+        """Store hits this session."""
+        return self.session[Outcome.HIT]
+
+    @property
+    def misses(self) -> int:
+        """Misses this session."""
+        return self.session[Outcome.MISS]
+
+    @property
+    def memory(self) -> int:
+        """Memory hits this session."""
+        return self.session[Outcome.MEMORY]
+
+    @property
+    def corrupt(self) -> int:
+        """Corrupt entries met this session."""
+        return self.session[Outcome.CORRUPT]
+
+    @property
+    def bypass(self) -> int:
+        """Builds that bypassed the cache this session."""
+        return self.session[Outcome.BYPASS]
+
+    @property
+    def rekeyed(self) -> int:
+        """Entries of the same code loaded under a new key this session."""
+        return self.session[Outcome.REKEYED]
+
+    @property
+    def failed(self) -> int:
+        """Builds the driver refused this session."""
+        return self.session[Outcome.FAILED]
+
+    @property
+    def saved_ms(self) -> float:
+        """Build time this session's hits avoided."""
+        return self.session.saved_ms
 
     @property
     def hit_rate(self) -> float | None:
-        """Share of cached trips served without a driver build; ``None`` before any trip."""
-        served = self.hits + self.memory + self.rekeyed
-        total = served + self.misses + self.corrupt
-        return served / total if total else None
+        """This session's hit rate (see :attr:`Tally.hit_rate`)."""
+        return self.session.hit_rate
 
     @property
     def entries(self) -> int:
@@ -210,6 +299,22 @@ class Stats:
     def bytes(self) -> int:
         """Bytes the store's entries take, all devices."""
         return sum(d.bytes for d in self.devices)
+
+    def outcomes(self) -> list[str]:
+        """Every outcome counted (session or lifetime), known ones first."""
+        seen = list(Outcome.ALL)
+        for t in (self.session, self.lifetime):
+            for name in t.counts if t is not None else ():
+                if name not in seen:
+                    seen.append(name)
+        return seen
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-able statistics."""
+        return {"location": self.location, "entries": self.entries, "bytes": self.bytes,
+                "max_size": self.max_size, "session": self.session.as_dict(),
+                "lifetime": self.lifetime.as_dict() if self.lifetime is not None else None,
+                "devices": [d.as_dict() for d in self.devices]}
 
     def __str__(self) -> str:
         return stats_text(self)

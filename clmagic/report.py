@@ -21,8 +21,8 @@ if TYPE_CHECKING:
 
 __all__ = ["result_text", "result_html", "stats_text", "stats_html", "fmt_bytes", "fmt_duration",
            "COLOURS", "removed_text", "removed_html", "info_text", "info_html", "ENTRY_HEAD",
-           "entry_line", "panel_status_html", "device_option", "export_text", "export_html", "import_text",
-           "import_html"]
+           "entry_line", "panel_status_html", "device_option", "export_text", "export_html",
+           "import_text", "import_html", "stats_rows"]
 
 COLOURS = {
     "MISS": "#c0392b",
@@ -110,7 +110,9 @@ def fmt_bytes(n: int) -> str:
         return f"{n} B"
     if n < 1_000_000:
         return f"{n / 1000:.1f} KB"
-    return f"{n / 1_000_000:.2f} MB"
+    if n < 1_000_000_000:
+        return f"{n / 1_000_000:.2f} MB"
+    return f"{n / 1_000_000_000:.2f} GB"
 
 
 def fmt_duration(ms: float) -> str:
@@ -122,44 +124,72 @@ def fmt_duration(ms: float) -> str:
     return f"{ms / 60_000:.1f} min"
 
 
-def _rate(s: Stats) -> str:
-    return "n/a" if s.hit_rate is None else f"{s.hit_rate:.0%}"
+#: how each counter is named in statistics (one not listed shows as its name, lower case)
+LABELS = {"HIT": "hits", "MEMORY": "memory hits", "REKEYED": "rekeyed", "MISS": "misses",
+          "CORRUPT": "corrupt", "BYPASS": "bypassed", "FAILED": "failed", "EVICT": "evictions"}
+
+
+def _rate(rate: float | None) -> str:
+    return "n/a" if rate is None else f"{rate:.0%}"
+
+
+def stats_rows(s: Stats) -> list[tuple[str, str, str]]:
+    """(figure, this session, lifetime) for every outcome counted, evictions, hit rate and time
+    saved; the lifetime column is ``-`` where the store keeps none."""
+    life = s.lifetime
+    rows = [(LABELS.get(o, o.lower()), str(s.session[o]), "-" if life is None else str(life[o]))
+            for o in s.outcomes()]
+    rows.append(("evictions", str(s.session.evictions),
+                 "-" if life is None else str(life.evictions)))
+    rows.append(("hit rate", _rate(s.session.hit_rate),
+                 "-" if life is None else _rate(life.hit_rate)))
+    rows.append(("time saved", fmt_duration(s.session.saved_ms),
+                 "-" if life is None else fmt_duration(life.saved_ms)))
+    return rows
+
+
+def _limit(s: Stats, total: int | None = None) -> str:
+    used = s.bytes if total is None else total
+    if not s.max_size:
+        return "no size limit"
+    return f"limit {fmt_bytes(s.max_size)} ({used / s.max_size:.0%} used)"
 
 
 def stats_text(s: Stats) -> str:
-    """Counts of this session, then one line per device in the store."""
-    lines = [
-        f"session: {s.hits} hits, {s.memory} memory hits, {s.rekeyed} rekeyed, "
-        f"{s.misses} misses, {s.corrupt} corrupt, {s.bypass} bypassed, {s.failed} failed · "
-        f"hit rate {_rate(s)} · {fmt_duration(s.saved_ms)} saved",
-        f"store:   {s.location} · {s.entries} entries · {fmt_bytes(s.bytes)}",
-    ]
+    """This session and the lifetime side by side, then the store and one line per device."""
+    rows = [("", "session", "lifetime"), *stats_rows(s)]
+    width = max(len(r[0]) for r in rows)
+    lines = [f"{a:<{width}}  {b:>10}  {c:>10}" for a, b, c in rows]
+    lines.append(f"store: {s.location} · {s.entries} entries · {fmt_bytes(s.bytes)} · "
+                 f"{_limit(s)}")
     for d in s.devices:
-        lines.append(f"  {d.label} ({d.fingerprint}): {d.entries} entries, "
-                     f"{fmt_bytes(d.bytes)}, {d.hits} hits")
+        line = (f"  {d.label} ({d.fingerprint}): {d.entries} entries, {fmt_bytes(d.bytes)}, "
+                f"{d.hits} hits")
+        if d.lifetime is not None:
+            t = d.lifetime
+            line += (f" · lifetime {t['HIT']} hits, {t['MISS']} misses, "
+                     f"{t.evictions} evictions")
+        lines.append(line)
     return "\n".join(lines)
 
 
 def stats_html(s: Stats) -> str:
-    """The statistics as two small tables."""
-    cells = [("hits", s.hits), ("memory hits", s.memory), ("rekeyed", s.rekeyed),
-             ("misses", s.misses), ("corrupt", s.corrupt), ("bypassed", s.bypass),
-             ("failed", s.failed), ("hit rate", _rate(s)),
-             ("time saved", fmt_duration(s.saved_ms))]
-    head = "".join(f"<th>{html.escape(k)}</th>" for k, _ in cells)
-    row = "".join(f"<td>{html.escape(str(v))}</td>" for _, v in cells)
+    """The statistics as two small tables: session and lifetime side by side, then devices."""
+    body = "".join(f"<tr><th>{html.escape(a)}</th><td>{html.escape(b)}</td>"
+                   f"<td>{html.escape(c)}</td></tr>" for a, b, c in stats_rows(s))
     devs = "".join(
         f"<tr><td>{html.escape(d.label)}</td><td><code>{d.fingerprint}</code></td>"
-        f"<td>{d.entries}</td><td>{fmt_bytes(d.bytes)}</td><td>{d.hits}</td></tr>"
+        f"<td>{d.entries}</td><td>{fmt_bytes(d.bytes)}</td><td>{d.hits}</td>"
+        f"<td>{d.lifetime.evictions if d.lifetime is not None else '-'}</td></tr>"
         for d in s.devices
-    ) or '<tr><td colspan="5">no entries</td></tr>'
+    ) or '<tr><td colspan="6">no entries</td></tr>'
     return (
         '<div class="clmagic-stats">'
-        f"<table><tr>{head}</tr><tr>{row}</tr></table>"
+        f"<table><tr><th></th><th>session</th><th>lifetime</th></tr>{body}</table>"
         f"<p>store: <code>{html.escape(s.location)}</code> · {s.entries} entries · "
-        f"{fmt_bytes(s.bytes)}</p>"
+        f"{fmt_bytes(s.bytes)} · {html.escape(_limit(s))}</p>"
         "<table><tr><th>device</th><th>fingerprint</th><th>entries</th><th>size</th>"
-        f"<th>hits</th></tr>{devs}</table></div>"
+        f"<th>hits</th><th>evictions</th></tr>{devs}</table></div>"
     )
 
 
@@ -221,13 +251,21 @@ def entry_line(e: Entry) -> str:
             f"{m.build_ms:>7.1f} ms {e.usage.hits:>5}  {used}")
 
 
-def panel_status_html(entries: list[Entry], s: Stats, where: str) -> str:
+def panel_status_html(entries: list[Entry], s: Stats, where: str, total: int = 0) -> str:
     """The panel's status line: entries and MB of the device, the session's hit rate and time
-    saved, and where the store is."""
+    saved, and where the store is; then, where the store keeps lifetime figures, its size
+    (``total`` bytes) against its limit (``s.max_size``) and the lifetime figures."""
     size = sum(e.usage.stored_bytes for e in entries)
-    return (f"<b>{len(entries)}</b> entries · <b>{size / 1e6:.2f} MB</b> · hit rate "
-            f"<b>{_rate(s)}</b> · <b>{fmt_duration(s.saved_ms)}</b> saved this session · "
-            f"<code>{html.escape(where)}</code>")
+    text = (f"<b>{len(entries)}</b> entries · <b>{size / 1e6:.2f} MB</b> · hit rate "
+            f"<b>{_rate(s.hit_rate)}</b> · <b>{fmt_duration(s.saved_ms)}</b> saved this "
+            f"session · <code>{html.escape(where)}</code>")
+    life = s.lifetime
+    if life is not None:
+        text += (f"<br>store: <b>{fmt_bytes(total)}</b>, {html.escape(_limit(s, total))} · "
+                 f"lifetime: hit rate <b>{_rate(life.hit_rate)}</b>, "
+                 f"<b>{fmt_duration(life.saved_ms)}</b> saved, <b>{life.evictions}</b> "
+                 "evictions")
+    return text
 
 
 # -- bundles ---------------------------------------------------------------------------------

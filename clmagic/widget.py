@@ -17,8 +17,8 @@ import ipywidgets as w
 from . import devices as _devices
 from ._session import or_default
 from .errors import DeviceError
-from .manage import clear_cache, entry_origin, remove_entries
-from .records import Stats, from_origin
+from .manage import clear_cache, entry_origin, lifetime_counts, remove_entries
+from .records import Stats, from_origin, tally_of
 from .report import ENTRY_HEAD, device_option, entry_line, panel_status_html
 
 if TYPE_CHECKING:
@@ -140,7 +140,13 @@ class CacheWidget(w.VBox):
         # the session (no second store listing), of the chosen origin
         s = Stats.of([r for r in records if from_origin(r.origin, wanted)])
         where = store.location if store is not None else "memory only (nothing stored)"
-        self.status.value = panel_status_html(entries, s, where)
+        total = 0
+        if store is not None:  # the store against its limit, and every process's figures
+            life = lifetime_counts(store)
+            s.lifetime = tally_of(life) if life is not None else None
+            s.max_size = store.max_size
+            total = sum(u.size for u in store.usage_list())
+        self.status.value = panel_status_html(entries, s, where, total)
         if self._with_plot:
             self._draw()
 

@@ -264,7 +264,7 @@ def test_full_disk_builds_saves_nothing_leaves_nothing(tmp_path, oclgrind):
     assert "disk full" in report["builds"][0]["note"]
     (warning,) = _warnings(err)
     assert "full" in warning
-    assert [p for p in cache.rglob("*") if p.is_file()] == []
+    assert [p for p in cache.rglob("*") if p.is_file() and p.parent.name != "stats"] == []
     # with room again, the same cache works
     report, _ = _child(sources, {"CLMAGIC_CACHE_DIR": str(cache), "CLMAGIC_DEVICE": oclgrind})
     assert all(b["saved"] for b in report["builds"])

@@ -32,13 +32,15 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def open_store(location: str | None, ttl: int | None = None, trust: bool = False
-               ) -> Store | None:
+def open_store(location: str | None, ttl: int | None = None, trust: bool = False,
+               max_size: int = 0) -> Store | None:
     """The store for ``location``, or ``None`` for memory only.
 
     A location that cannot be used gives ``None`` after one warning: the cache then lives in
     memory only, and nothing crashes. ``ttl`` (seconds) applies to Redis stores; ``trust``
-    accepts a folder or file that is world-writable or another user's (``CLMAGIC_CACHE_TRUST=1``).
+    accepts a folder or file that is world-writable or another user's (``CLMAGIC_CACHE_TRUST=1``);
+    ``max_size`` (bytes, 0 = none) bounds a directory or SQLite store (a Redis server's limit is
+    its own ``maxmemory`` with ``maxmemory-policy allkeys-lru``).
     """
     if location is None:
         return None
@@ -46,17 +48,23 @@ def open_store(location: str | None, ttl: int | None = None, trust: bool = False
         from .redis import RedisStore
 
         return RedisStore.open(location, ttl=ttl)
+    store: Store | None
     if location.lower().endswith(SUFFIXES):
         from .sqlite import SQLiteStore
 
-        return SQLiteStore.open(location, trust=trust)
-    return DirectoryStore.open(location, trust=trust)
+        store = SQLiteStore.open(location, trust=trust)
+    else:
+        store = DirectoryStore.open(location, trust=trust)
+    if store is not None:
+        store.max_size = max_size
+    return store
 
 
 def store_for(settings: Settings) -> Store | None:
     """The store the settings ask for: the cache location, with the ``CLMAGIC_REMOTE`` store
     behind it when one is set (:class:`LayeredStore`)."""
-    local = open_store(settings.cache, ttl=settings.remote_ttl, trust=settings.trust)
+    local = open_store(settings.cache, ttl=settings.remote_ttl, trust=settings.trust,
+                       max_size=settings.max_size)
     remote = open_store(settings.remote, ttl=settings.remote_ttl) if settings.remote else None
     if local is None or remote is None:
         return local or remote

@@ -1,18 +1,24 @@
 """The store contract every backend fulfils, and what they all share: writability (with the one
 warning when writes go off), ``put`` in terms of ``put_many``, the name check, ``close`` and use
-as a context manager."""
+as a context manager, the size limit (least recently used entries are evicted when a save takes
+the store past ``max_size``; each backend lists sizes and removes entries its own way) and the
+lifetime statistics' counters."""
 
 from __future__ import annotations
 
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator
+from pathlib import Path
 from types import TracebackType
+from typing import NamedTuple
 
 from ..config import warn_once
 from ..entry import Entry
 from ..errors import CorruptEntry
+from ..lifetime import EVICT, Counters, counters_for
 
-__all__ = ["Store", "is_hex", "valid_name"]
+__all__ = ["Store", "is_hex", "valid_name", "Use", "FILL"]
 
 _HEX_CHARS = frozenset("0123456789abcdef")
 
@@ -25,6 +31,24 @@ def is_hex(name: str, length: int) -> bool:
 def valid_name(fingerprint: str, key: str) -> bool:
     """A 16-hex-digit fingerprint and a 64-hex-digit key (what the cache ever files)."""
     return is_hex(fingerprint, 16) and is_hex(key, 64)
+
+
+#: an eviction brings the store down to this share of its limit (so the next saves fit)
+FILL = 0.9
+#: how long the size found by a scan is trusted before a save scans again (other processes
+#: save too: this bounds how far they can take the store past its limit unseen)
+RESCAN_S = 30.0
+
+
+class Use(NamedTuple):
+    """One entry as eviction sees it: last use (last load, else the build), bytes taken, name,
+    and a token that changes when the entry is rewritten (so a fresh copy is not evicted)."""
+
+    last_used: float
+    size: int
+    fingerprint: str
+    key: str
+    token: object = None
 
 
 class Store(ABC):
@@ -66,6 +90,12 @@ class Store(ABC):
         """Refuse a name the cache never files (a path or key injection, a caller's bug)."""
         if not valid_name(fingerprint, key):
             raise ValueError(f"bad fingerprint/key {fingerprint!r}/{key!r}")
+    #: bytes the store may hold; a save past it evicts least recently used entries down to
+    #: ``FILL`` of it. 0: no limit
+    max_size: int = 0
+    _known: tuple[int, float] | None = None  # (bytes, monotonic time of the scan)
+    _counters: Counters | None = None
+    _read_only_counters: Counters | None = None
 
     @property
     @abstractmethod
@@ -142,3 +172,85 @@ class Store(ABC):
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.location}>"
+
+    # -- lifetime statistics ---------------------------------------------------------------------
+
+    @property
+    def stats_folder(self) -> Path | None:
+        """Where the lifetime statistics of this store are kept (``None``: not kept)."""
+        return None
+
+    @property
+    def counters(self) -> Counters:
+        """The lifetime counters of this store (see :mod:`clmagic.lifetime`); a store that
+        cannot be written counts this session only (a read-only cache is left as it is)."""
+        if not self.writable:
+            if self._read_only_counters is None:
+                self._read_only_counters = Counters(None)
+            return self._read_only_counters
+        if self._counters is None:
+            self._counters = counters_for(self.stats_folder)
+        return self._counters
+
+    # -- size limit and eviction -----------------------------------------------------------------
+
+    def usage_list(self) -> list[Use]:
+        """Every entry's last use and size (for eviction). Backends answer from what they
+        keep beside the entries, without reading metadata where they can."""
+        return [Use(e.last_used, e.usage.stored_bytes, e.fingerprint, e.key, e.meta.created)
+                for e in self.entries()]
+
+    def remove_uses(self, victims: list[Use]) -> list[Use]:
+        """Remove these entries unless rewritten since they were listed; the ones removed."""
+        return [v for v in victims if self.delete(v.fingerprint, v.key)]
+
+    def evict(self, target: int, older_than: float | None = None,
+              uses: list[Use] | None = None) -> list[Use]:
+        """Remove least recently used entries until the store holds at most ``target`` bytes
+        (and, with ``older_than`` seconds, every entry unused that long); returns what went and
+        counts it (``EVICT``) in the lifetime statistics."""
+        uses = sorted(self.usage_list() if uses is None else uses,
+                      key=lambda u: (u.last_used, u.key))
+        total = sum(u.size for u in uses)
+        cutoff = time.time() - older_than if older_than is not None else None
+        victims = []
+        for u in uses:  # oldest first: once one may stay, every later one may
+            if total <= target and (cutoff is None or u.last_used >= cutoff):
+                break
+            victims.append(u)
+            total -= u.size
+        gone = self.remove_uses(victims) if victims else []
+        for u in gone:
+            self.counters.add(u.fingerprint, EVICT, 1, u.size)
+        self._known = (sum(u.size for u in uses) - sum(u.size for u in gone), time.monotonic())
+        return gone
+
+    def _fits(self, entry: Entry, size: int) -> bool:
+        """Whether an entry of ``size`` bytes can be stored under the limit at all (one warning
+        when it cannot: the store is left as it is)."""
+        if not self.max_size or size <= self.max_size:
+            return True
+        from ..report import fmt_bytes
+
+        self._reason = (f"the entry ({fmt_bytes(size)}) is larger than the cache's size limit "
+                        f"({fmt_bytes(self.max_size)})")
+        warn_once(f"cache {self.location}: {self._reason}; not saved (raise "
+                  "CLMAGIC_CACHE_MAX_SIZE)")
+        return False
+
+    def _saved(self, added: int) -> None:
+        """After a save of ``added`` bytes: evict when the store is past its limit. The size is
+        scanned once, then followed from this process's own saves, and scanned again when that
+        says the limit is reached or the scan is older than ``RESCAN_S``."""
+        if not self.max_size:
+            return
+        known = self._known
+        if known is not None and time.monotonic() - known[1] < RESCAN_S \
+                and known[0] + added <= self.max_size:
+            self._known = (known[0] + added, known[1])
+            return
+        uses = self.usage_list()
+        if sum(u.size for u in uses) > self.max_size:
+            self.evict(int(self.max_size * FILL), uses=uses)
+        else:
+            self._known = (sum(u.size for u in uses), time.monotonic())

@@ -32,7 +32,7 @@ from ..config import warn_once
 from ..entry import HEADER, MAX_BINARY, MAX_META, Entry, EntryMeta, Usage, decode, encode, read_meta
 from ..errors import CorruptEntry
 from ._fs import O_NOFOLLOW, check_creatable, hostile, private_folder
-from .base import Store, is_hex, valid_name
+from .base import Store, Use, is_hex, valid_name
 
 __all__ = ["DirectoryStore"]
 
@@ -232,6 +232,8 @@ class DirectoryStore(Store):
         if not self.writable:
             return False
         data = encode(entry)
+        if not self._fits(entry, len(data)):
+            return False
         tmp = path.with_name(f"{path.name}{TMP}{os.getpid()}.{secrets.token_hex(4)}")
         try:
             if not path.parent.is_dir():
@@ -259,6 +261,7 @@ class DirectoryStore(Store):
             self._read_only(exc.strerror or str(exc))
             return False
         self._index_code(entry)
+        self._saved(len(data))
         return True
 
     def _index_code(self, entry: Entry) -> None:
@@ -295,6 +298,58 @@ class DirectoryStore(Store):
         finally:
             os.close(fd)
         return self._code_target(fingerprint, code_key, raw.decode("ascii", "replace"))
+
+    @property
+    def stats_folder(self) -> Path:
+        return self.root / "stats"
+
+    def usage_list(self) -> list[Use]:
+        """Every entry's last use (the ``.hits`` file's mtime, else the entry's) and size, from
+        one ``stat`` per file: no entry is opened."""
+        out: list[Use] = []
+        try:
+            folders = [f for f in os.listdir(self.root) if is_hex(f, 16)]
+        except OSError:
+            return out
+        for fp in folders:
+            files: dict[str, os.stat_result] = {}
+            try:
+                with os.scandir(os.path.join(self.root, fp)) as it:
+                    for d in it:
+                        if d.name.endswith((SUFFIX, HITS_SUFFIX)):
+                            try:
+                                files[d.name] = d.stat(follow_symlinks=False)
+                            except OSError:
+                                continue
+            except OSError:
+                continue
+            for name, st in files.items():
+                key = name[: -len(SUFFIX)]
+                if not (name.endswith(SUFFIX) and is_hex(key, 64)):
+                    continue
+                hits = files.get(key + HITS_SUFFIX)
+                used = max(st.st_mtime, hits.st_mtime) if hits else st.st_mtime
+                size = st.st_size + (hits.st_size if hits else 0)
+                out.append(Use(used, size, fp, key, (st.st_ino, st.st_mtime_ns)))
+        return out
+
+    def remove_uses(self, victims: list[Use]) -> list[Use]:
+        """Unlink each entry unless it was rewritten since it was listed (another process's
+        fresh save keeps its entry). A reader that has the file open still reads it whole; one
+        that opens it later finds nothing and rebuilds."""
+        gone = []
+        for v in victims:
+            path = self._path(v.fingerprint, v.key)
+            try:
+                st = path.lstat()
+                if (st.st_ino, st.st_mtime_ns) != v.token:
+                    continue
+                path.unlink()
+            except OSError:
+                continue  # already gone (another process evicted it too): not counted twice
+            self._drop_hits(path)
+            gone.append(v)
+        return gone
 
     def record_hit(self, fingerprint: str, key: str) -> None:
         """Append one byte to the entry's ``.hits`` file (its size counts the hits, its mtime is

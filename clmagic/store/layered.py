@@ -8,11 +8,13 @@ for an entry both hold).
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from pathlib import Path
 
 from ..config import warn_once
 from ..entry import Entry
 from ..errors import CorruptEntry
-from .base import Store
+from ..lifetime import Counters
+from .base import Store, Use
 
 __all__ = ["LayeredStore"]
 
@@ -31,6 +33,34 @@ class LayeredStore(Store):
     @property
     def location(self) -> str:
         return f"{self.local.location} + {self.remote.location}"
+
+    # the size limit, its eviction and the lifetime statistics are the local layer's (the
+    # remote's are its server's: ``maxmemory``)
+    @property
+    def max_size(self) -> int:
+        return self.local.max_size
+
+    @max_size.setter
+    def max_size(self, value: int) -> None:
+        self.local.max_size = value
+
+    @property
+    def counters(self) -> Counters:
+        return self.local.counters
+
+    @property
+    def stats_folder(self) -> Path | None:
+        return self.local.stats_folder
+
+    def usage_list(self) -> list[Use]:
+        return self.local.usage_list()
+
+    def remove_uses(self, victims: list[Use]) -> list[Use]:
+        return self.local.remove_uses(victims)
+
+    def evict(self, target: int, older_than: float | None = None,
+              uses: list[Use] | None = None) -> list[Use]:
+        return self.local.evict(target, older_than, uses)
 
     @property
     def writable(self) -> bool:

@@ -18,7 +18,7 @@ import sqlite3
 import sys
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +28,7 @@ from ..config import warn_once
 from ..entry import FORMAT_VERSION, Entry, verified
 from ..errors import CorruptEntry
 from ._fs import private_file, private_folder, refusal
-from .base import Store, valid_name
+from .base import Store, Use, valid_name
 from .sqlite_sql import (
     BUSY_TIMEOUT_MS,
     SCHEMA_VERSION,
@@ -47,12 +47,14 @@ from .sqlite_sql import (
     SQL_USE_CLEAR,
     SQL_USE_DELETE,
     SQL_USE_RESET,
+    SQL_USES,
     SchemaTooNew,
     connect,
     create_schema,
     entry_row,
     has_tables,
     is_locked,
+    row_size,
     row_meta,
     row_usage,
     schema_version,
@@ -144,7 +146,14 @@ class SQLiteStore(Store):
         return self._conn
 
     def _write(self, sql_rows: Iterable[tuple[str, tuple[Any, ...]]]) -> int:
-        """Run writes in one transaction. Returns rows changed, or -1 when nothing was written.
+        """Run writes in one transaction. Returns rows changed, or -1 when nothing was written
+        (see :meth:`_transact`)."""
+        return self._transact(lambda conn: sum(conn.execute(sql, args).rowcount
+                                               for sql, args in sql_rows))
+
+    def _transact(self, work: Callable[[sqlite3.Connection], int]) -> int:
+        """Run ``work(connection)`` in one write transaction; its result, or -1 when nothing was
+        written.
 
         Another process holding the lock past the busy timeout is transient: this write is
         dropped (with one warning) and writes stay on, unless it happens ``MAX_LOCKED`` times in
@@ -157,9 +166,7 @@ class SQLiteStore(Store):
             try:
                 conn = self._connection()
                 conn.execute("BEGIN IMMEDIATE")
-                changed = 0
-                for sql, args in sql_rows:
-                    changed += conn.execute(sql, args).rowcount
+                changed = work(conn)
                 if not self._provenance:
                     self._write_provenance(conn)
                 conn.execute("COMMIT")
@@ -224,19 +231,25 @@ class SQLiteStore(Store):
         """Store several entries in one transaction; returns how many were stored."""
         now = time.time()
         rows = []
-        count = 0
+        count = added = 0
         for e in entries:
             self._check_name(e.fingerprint, e.key)
             if e.binary is None:
                 raise ValueError(f"cannot store entry {e.key} without its binary")
-            rows.append((SQL_PUT, entry_row(e)))
+            row = entry_row(e)
+            size = row_size(row)
+            if not self._fits(e, size):
+                continue
+            added += size
+            rows.append((SQL_PUT, row))
             rows.append((SQL_USE_RESET, (FORMAT_VERSION, e.fingerprint, e.key, now)))
             if valid_name(e.fingerprint, e.meta.code_key):
                 rows.append((SQL_CODE_PUT, (FORMAT_VERSION, e.fingerprint, e.meta.code_key,
                                             e.key)))
             count += 1
-        if self._write(rows) < 0:
+        if not rows or self._write(rows) < 0:
             return 0
+        self._saved(added)
         return count
 
     def find_code(self, fingerprint: str, code_key: str) -> Entry | None:
@@ -251,6 +264,32 @@ class SQLiteStore(Store):
             except (sqlite3.Error, OSError):
                 return None
         return None if row is None else self._code_target(fingerprint, code_key, row[0])
+
+    @property
+    def stats_folder(self) -> Path:
+        """A folder beside the file (``cache.db.stats``): counting needs no write lock."""
+        return self.path.with_name(self.path.name + ".stats")
+
+    def usage_list(self) -> list[Use]:
+        """Every entry's last use and size, from the columns (no metadata parsed)."""
+        return [Use(float(last or 0.0), int(size or 0), fp, key, created)
+                for fp, key, size, last, created in self._select(SQL_USES, None)]
+
+    def remove_uses(self, victims: list[Use]) -> list[Use]:
+        """Delete these entries in one transaction, each unless it was saved again since it
+        was listed (its ``created`` changed)."""
+        gone: list[Use] = []
+
+        def work(conn: sqlite3.Connection) -> int:
+            gone.clear()
+            for v in victims:
+                args = (FORMAT_VERSION, v.fingerprint, v.key)
+                if conn.execute(SQL_DELETE + " AND created = ?", (*args, v.token)).rowcount:
+                    conn.execute(SQL_USE_DELETE, args)
+                    gone.append(v)
+            return len(gone)
+
+        return list(gone) if self._transact(work) >= 0 else []
 
     def record_hit(self, fingerprint: str, key: str) -> None:
         """Count a hit in the ``usage`` table (the entry row is not touched). Counts are

@@ -94,6 +94,9 @@ SQL_DELETE = f"DELETE FROM entries WHERE {_ONE}"
 SQL_USE_DELETE = f"DELETE FROM usage WHERE {_ONE}"
 #: every entry with its usage: the entry columns, hits, last use, stored bytes
 SQL_LIST = f"SELECT {_E_COLS}, {_USE}, {_SIZE} FROM {_FROM} WHERE e.format = ?"
+#: every entry's name, size, last use and build time (for eviction): no metadata parsed
+SQL_USES = (f"SELECT e.fingerprint, e.key, {_SIZE}, coalesce(u.last_used, e.created), e.created "
+            f"FROM {_FROM} WHERE e.format = ?")
 SQL_SIZE = f"SELECT count(*), coalesce(sum({_SIZE}), 0) FROM entries AS e WHERE e.format = ?"
 SQL_CLEAR = "DELETE FROM entries WHERE format = ?"
 SQL_USE_CLEAR = "DELETE FROM usage WHERE format = ?"
@@ -200,6 +203,13 @@ def row_usage(row: tuple[Any, ...], store: str) -> Usage:
     """The usage columns of a ``SQL_GET`` / ``SQL_LIST`` row."""
     return Usage(hits=int(row[_HITS]), last_used=row[_HITS + 1],
                  stored_bytes=int(row[_HITS + 2]), store=store)
+
+
+def row_size(row: tuple[Any, ...]) -> int:
+    """What an ``entry_row`` takes in the store, as ``_SIZE`` counts it (binary, extra, kernels,
+    options and 96)."""
+    at = {c: i + 1 for i, c in enumerate(_ENTRY_COLS)}  # entry_row starts with the format
+    return len(row[-1]) + sum(len(row[at[c]]) for c in ("extra", "kernels", "options")) + 96
 
 
 def entry_row(entry: Entry) -> tuple[Any, ...]:
