@@ -23,6 +23,7 @@ from .entry import FORMAT_VERSION, MAX_BINARY, MAX_META, Entry
 from .errors import ClmagicError, CorruptEntry
 from .report import export_html, export_text, import_html, import_text
 from .store.base import Store, valid_name
+from .store._fs import open_regular
 from .store.layered import LayeredStore
 from .store.sqlite import SCHEMA_VERSION, SQLiteStore
 
@@ -154,8 +155,9 @@ def _export(path: str | os.PathLike[str], device: object, kernels: str | list[st
 
 def _open_untrusted(path: Path) -> SQLiteStore:
     try:
-        size = path.stat().st_size
-        with open(path, "rb") as fh:
+        fd = open_regular(path, follow=True)  # a FIFO is named, never waited on
+        with os.fdopen(fd, "rb") as fh:
+            size = os.fstat(fd).st_size
             head = fh.read(len(_SQLITE_MAGIC))
     except OSError as exc:
         raise ClmagicError(f"cannot read bundle {path}: {exc.strerror}") from None

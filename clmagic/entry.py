@@ -32,7 +32,8 @@ from typing import IO, Any
 
 from .errors import CorruptEntry
 
-__all__ = ["Entry", "EntryMeta", "Usage", "FORMAT_VERSION", "MAGIC", "encode", "decode",
+__all__ = ["Entry", "EntryMeta", "Usage", "sane_time", "MAX_TIME", "FORMAT_VERSION", "MAGIC",
+           "encode", "decode",
            "read_meta", "HEADER", "check_meta", "check_binary", "META_FIELDS", "SQL_FIELDS"]
 
 MAGIC = b"CLMAGIC\n"
@@ -110,6 +111,19 @@ _KINDS: dict[str, tuple[type, ...]] = {"str": (str,), "int": (int,), "float": (i
                                        "tuple[str, ...]": (list,)}
 
 
+#: the latest time an entry may carry (2200-01-01 UTC); later, negative or not finite: unknown
+MAX_TIME = 7_258_118_400.0
+
+
+def sane_time(value: float | None) -> float | None:
+    """``value`` when it is a time an entry can have (finite, from the epoch to
+    :data:`MAX_TIME`), else ``None``: what every view reads, so a hit counter dated 2300 or a
+    bundle entry created at 1e300 shows as unknown instead of raising."""
+    if value is None or not isinstance(value, int | float) or isinstance(value, bool):
+        return None
+    return float(value) if 0.0 <= value <= MAX_TIME else None  # NaN fails both comparisons
+
+
 @dataclass(frozen=True, kw_only=True)
 class Usage:
     """How a store has seen an entry used; kept beside the entry, never in it.
@@ -121,6 +135,10 @@ class Usage:
     hits: int = 0
     stored_bytes: int = 0
     store: str = ""
+
+    def __post_init__(self) -> None:
+        # a hit counter dated 2300, a NaN or negative last use: unknown, never a crash downstream
+        object.__setattr__(self, "last_used", sane_time(self.last_used))
 
 
 @dataclass(frozen=True)
@@ -152,8 +170,9 @@ class Entry:
 
     @property
     def last_used(self) -> float:
-        """The one rule for last use: the last load from the store, else the build time."""
-        return self.usage.last_used or self.meta.created
+        """The one rule for last use: the last load from the store, else the build time (a time
+        out of range counts as unknown; both unknown: 0, the epoch)."""
+        return self.usage.last_used or sane_time(self.meta.created) or 0.0
 
     def with_usage(self, **changes: Any) -> Entry:
         """This entry with some usage fields changed."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Any
 
-from .entry import META_FIELDS, Usage
+from .entry import META_FIELDS, Usage, sane_time
 from ._session import or_default
 from .manage import device_fingerprints, entry_origin
 from .records import from_origin
@@ -48,7 +48,8 @@ def _frame(columns: dict[str, list], dtypes: dict[str, str]) -> pd.DataFrame:
     data = {}
     for name, dtype in dtypes.items():
         values = columns[name]
-        if dtype.startswith("datetime64"):
+        if dtype.startswith("datetime64"):  # out of range (2300, 1e300, NaN): NaT, not a raise
+            values = [sane_time(v) for v in values]
             data[name] = pd.Series(pd.to_datetime(pd.Series(values, dtype="float64"), unit="s",
                                                   utc=True), dtype=dtype)
         else:

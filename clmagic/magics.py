@@ -209,6 +209,9 @@ class CLMagics(Magics):
               help="clear: only entries not used for AGE (a number and s, m, h, d or w: 7d).")
     @argument("--zero", action="store_true",
               help="stats: set the lifetime statistics to zero first.")
+    @argument("--remote", action="store_true",
+              help="clear: the shared store too (CLMAGIC_REMOTE, or a Redis cache): the team's "
+                   "entries; without it only this machine's cache is cleared.")
     @line_magic
     def clcache(self, line: str) -> object:
         """Explore and manage clmagic's cache.
@@ -220,9 +223,10 @@ class CLMagics(Magics):
         ``%clcache history``         this session's build trips as a DataFrame
         ``%clcache info``            where the cache is, its backend, the variables in effect,
                                      the devices (* = active)
-        ``%clcache clear [--device SPEC] [--older-than AGE] [KEY_PREFIX ...]``
+        ``%clcache clear [--device SPEC] [--older-than AGE] [--remote] [KEY_PREFIX ...]``
                                      remove the entries matching every filter given (all when
-                                     none is), from disk and memory; says how many and bytes
+                                     none is), from disk and memory; says how many and bytes;
+                                     the team's shared store only with ``--remote``
         ``%clcache widget``          the panel: choose the device, view and clear its entries
         ``%clcache export PATH [--device SPEC]``
                                      write the cache (or one device's part) to a bundle file
@@ -242,14 +246,15 @@ class CLMagics(Magics):
         except UsageError as exc:
             raise OptionsError(str(exc)) from None
         sub = CLCACHE[args.command]
-        extra = {n for n in ("keys", "older_than", "device", "zero")
+        extra = {n for n in ("keys", "older_than", "device", "zero", "remote")
                  if getattr(args, n)} - sub.takes
         if sub.misuse and (extra or (sub.needs_path and len(args.keys) != 1)):
             raise OptionsError(sub.misuse)
         if "zero" in extra:
             raise OptionsError("--zero goes with %clcache stats only")
-        if extra & {"keys", "older_than"}:
-            raise OptionsError("KEY_PREFIX and --older-than go with %clcache clear only")
+        if extra & {"keys", "older_than", "remote"}:
+            raise OptionsError("KEY_PREFIX, --older-than and --remote go with %clcache clear "
+                               "only")
         if extra:
             raise OptionsError("--device goes with %clcache (the DataFrame), clear and export")
         return sub.run(self, args)
@@ -329,8 +334,8 @@ CLCACHE: dict[str | None, Subcommand] = {
     "history": Subcommand(_history),
     "info": Subcommand(lambda m, a: manage.cache_info(m.compiler)),
     "clear": Subcommand(lambda m, a: manage.clear_cache(a.device, a.older_than, a.keys,
-                                                       m.compiler),
-                        frozenset({"keys", "older_than", "device"})),
+                                                       m.compiler, remote=a.remote),
+                        frozenset({"keys", "older_than", "device", "remote"})),
     "widget": Subcommand(_widget),
     "export": Subcommand(_export, frozenset({"keys", "device"}),
                          "usage: %clcache export PATH [--device SPEC]", needs_path=True),

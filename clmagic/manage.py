@@ -113,15 +113,32 @@ class Removed:
         return removed_html(self)
 
 
-def remove_entries(entries: Iterable[Entry], compiler: Compiler | None = None) -> Removed:
-    """Delete these entries from the store and from memory; count what went."""
+def _clearable(store: Store, remote: bool) -> Store:
+    """The store a clear acts on: a layered store's local layer unless ``remote`` asks for the
+    shared one too; a store others share (Redis) only when ``remote`` asks for it."""
+    from .store.layered import LayeredStore
+
+    if isinstance(store, LayeredStore):
+        return store if remote else store.local
+    if store.shared and not remote:
+        raise ClmagicError(f"the cache {store.location} is shared with others: clearing it "
+                           "must be asked for (remote=True, or --remote)")
+    return store
+
+
+def remove_entries(entries: Iterable[Entry], compiler: Compiler | None = None, *,
+                   remote: bool = False) -> Removed:
+    """Delete these entries from the store and from memory; count what went. On a layered
+    store only the local layer is touched unless ``remote`` is true (the shared layer is the
+    team's: clearing it must be asked for)."""
     c = or_default(compiler)
-    out = Removed(location=_where(c.store))
     if c.store is None:
-        return out
+        return Removed(location=_where(None))
+    store = _clearable(c.store, remote)
+    out = Removed(location=_where(store))
     for e in entries:
         c.forget(e.fingerprint, e.key)
-        if c.store.delete(e.fingerprint, e.key):
+        if store.delete(e.fingerprint, e.key):
             out.entries += 1
             out.bytes += e.usage.stored_bytes
             out.keys.append(e.key)
@@ -129,24 +146,28 @@ def remove_entries(entries: Iterable[Entry], compiler: Compiler | None = None) -
 
 
 def clear_cache(device: object = None, older_than: str | float | None = None,
-                keys: Iterable[str] = (), compiler: Compiler | None = None) -> Removed:
+                keys: Iterable[str] = (), compiler: Compiler | None = None, *,
+                remote: bool = False) -> Removed:
     """Remove the entries that match every filter given (all entries when none is), from the
-    store and from this process's memory; says how many entries and bytes went."""
+    store and from this process's memory; says how many entries and bytes went. With a shared
+    store behind the local one (``CLMAGIC_REMOTE``), only the local layer is cleared unless
+    ``remote`` is true; a store that is itself shared (Redis) is cleared only with ``remote``."""
     c = or_default(compiler)
     keys = list(keys)
     if c.store is None:
         return Removed(location=_where(None))
+    store = _clearable(c.store, remote)
     if older_than is None and not keys:  # whole devices: the store clears them itself
-        entries = list(c.store.entries()) if device not in (None, "") else []
+        entries = list(store.entries()) if device not in (None, "") else []
         fps = [None] if device in (None, "") else sorted(device_fingerprints(device, entries))
-        out = Removed(location=_where(c.store))
+        out = Removed(location=_where(store))
         for fp in fps:
-            n, freed = c.store.clear(fp)
+            n, freed = store.clear(fp)
             c.forget(fp)
             out.entries += n
             out.bytes += freed
         return out
-    return remove_entries(select_entries(c.store, device, older_than, keys), c)
+    return remove_entries(select_entries(store, device, older_than, keys), c, remote=remote)
 
 
 def _where(store: Store | None) -> str:

@@ -80,6 +80,7 @@ class Fault:
     child: bool = False  # the rebuild runs in a child that obeys file permissions
 
 
+P = "test_planted.py::"
 REPAIRED = "rebuilt, entry rewritten, one warning, counted CORRUPT"
 ENTRY = "test_damaged_entry_is_detected_counted_and_repaired"
 FAULTS = [
@@ -119,6 +120,46 @@ FAULTS = [
     Fault("hostile-dir", "a world-writable cache directory, or one owned by another user",
           "MISS / MEMORY", "refused: memory only, one warning naming CLMAGIC_CACHE_TRUST=1",
           "test_hostile.py::test_hostile_cache_folder_is_refused"),
+    # planted things and unlucky states (issue 11, part B)
+    Fault("not-a-file-entry", "a FIFO, socket, device, folder or symlink to a FIFO where an entry "
+          "should be", Outcome.CORRUPT, REPAIRED + "; never opened (`O_NONBLOCK`, then `fstat`), "
+          "the warning says what it is; listings skip it",
+          P + "test_an_entry_that_is_not_a_file_is_named_and_rebuilt"),
+    Fault("not-a-file-hits", "a FIFO, socket, device or folder as a hit counter", Outcome.HIT,
+          "served; hits not counted, the warning says what it is",
+          P + "test_a_hit_counter_that_is_not_a_file_never_blocks_a_hit"),
+    Fault("not-a-file-sqlite", "a FIFO, folder or device as the SQLite file or its -wal, -shm, "
+          "-journal", "MISS / MEMORY", "refused: memory only, one warning saying what it is",
+          P + "test_a_sqlite_file_that_is_not_a_file_is_refused"),
+    Fault("not-a-file-bundle", "a FIFO, folder, device or symlink to a FIFO as a bundle", "—",
+          "one error saying what it is",
+          P + "test_a_bundle_that_is_not_a_file_is_one_error"),
+    Fault("bad-times", "a time out of range (hit counter in 2300, last use or `created` 1e300, "
+          "negative, NaN) on every backend and in a bundle", "HIT", "shown as unknown (NaT; last "
+          "use falls back to the build time): `cache_frame()`, the widget, `clear --older-than` "
+          "never raise",
+          P + "test_times_out_of_range_show_as_unknown"),
+    Fault("leftover-temps", "temp files of writers killed long ago, beside entries", "—",
+          "removed by listings (writer gone, or over an hour old) and by every clear",
+          P + "test_leftover_temp_files_go_with_listings_and_clears"),
+    Fault("open-device-folder", "a device folder others can write into (0777, 0775) under a "
+          "private root", "HIT", "made 0700 again",
+          P + "test_a_device_folder_others_can_write_is_repaired"),
+    Fault("foreign-device-folder", "a device folder owned by another user", Outcome.MISS,
+          "not used, one warning; builds compile",
+          P + "test_a_device_folder_of_another_user_is_not_used"),
+    Fault("folder-deleted", "the cache folder deleted mid-session", Outcome.MISS,
+          "recreated 0700 (its missing parents too), whatever the umask",
+          P + "test_a_cache_folder_deleted_mid_session_comes_back_private"),
+    Fault("sqlite-lock-held", "a SQLite write lock held by another process for many saves",
+          Outcome.MISS, "not saved meanwhile, one warning; saving pauses for a minute, then "
+          "resumes",
+          "test_store_writes.py::"
+          "test_sqlite_lock_held_on_every_save_pauses_saving_then_saves_again"),
+    Fault("clear-team-layer", "`clear_cache()` (any filter), `%clcache clear`, the widget on a "
+          "layered store", "—", "only this machine's layer is cleared; the team's store only "
+          "with `remote=True` / `--remote` (a Redis cache alone: refused without it)",
+          "test_shared.py::test_clearing_a_layered_cache_leaves_the_teams_layer_unless_asked"),
 ]
 
 

@@ -116,18 +116,26 @@ def test_sqlite_hit_and_save_under_another_writers_lock_keep_saving_on(tmp_path,
     assert err.count("warning") == 1 and "locked by another process" in err
 
 
-def test_sqlite_lock_held_on_every_save_turns_saving_off(tmp_path, short_busy, capsys):
+def test_sqlite_lock_held_on_every_save_pauses_saving_then_saves_again(tmp_path, short_busy,
+                                                                       capsys):
+    """A lock held across many saves (40 s in the issue) pauses saving, never ends it: once the
+    pause is over and the lock is gone, entries are saved again."""
     db = tmp_path / "c.db"
     store = open_store(str(db))
     other = _hold_write_lock(db)
     try:
         results = [store.put(synthetic(n)) for n in range(sqlite_mod.MAX_LOCKED)]
+        assert store.put(synthetic(9)) is False  # paused: no wait on the lock at all
     finally:
         other.rollback()
         other.close()
     assert results == [False] * sqlite_mod.MAX_LOCKED
-    assert not store.writable and "locked" in store.reason
-    assert "nothing more is saved" in capsys.readouterr().err
+    assert store.writable and "locked" in store.reason
+    assert "saving again in" in capsys.readouterr().err
+    assert store.put(synthetic(10)) is False  # the lock is gone, but the pause is not over
+    store._paused_until = 0.0  # the pause is over (its length is lock_pause_s)
+    assert store.put(synthetic(11)) and store.reason == ""
+    assert store.get(FP, synthetic(11).key) is not None
 
 
 def test_sqlite_reconnect_failure_is_no_traceback(tmp_path, capsys):

@@ -10,7 +10,7 @@ import stat
 from pathlib import Path
 
 __all__ = ["hostile", "private_folder", "private_file", "refusal", "check_creatable",
-           "O_NOFOLLOW"]
+           "O_NOFOLLOW", "NotAFile", "kind_of", "open_regular", "check_regular", "repair_folder"]
 
 #: ``os.O_NOFOLLOW`` where the platform has it
 O_NOFOLLOW: int = getattr(os, "O_NOFOLLOW", 0)
@@ -29,9 +29,36 @@ def hostile(path: Path) -> str | None:
 
 
 def private_folder(path: Path) -> None:
-    """Create ``path`` (and missing parents) readable by this user only; an existing folder
-    is left as it is."""
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    """Create ``path`` and its missing parents (each 0700, whatever the umask allows beyond it:
+    ``mkdir -p`` would make the parents 0755) readable by this user only; an existing folder is
+    left as it is."""
+    missing = []
+    while not path.exists() and path.parent != path:
+        missing.append(path)
+        path = path.parent
+    for folder in reversed(missing):
+        try:
+            folder.mkdir(mode=0o700)
+        except FileExistsError:
+            if not folder.is_dir():
+                raise
+            continue
+        os.chmod(folder, 0o700)  # the umask only removes bits; this says exactly what we mean
+
+
+def repair_folder(path: Path) -> str | None:
+    """Make a folder of clmagic's own private again: one that others could write into (group or
+    world write bit) is set to 0700 when this user owns it. Returns why it cannot be trusted
+    (owned by another user), else ``None``."""
+    st = os.lstat(path)
+    uid = os.geteuid() if hasattr(os, "geteuid") else st.st_uid
+    if not stat.S_ISDIR(st.st_mode):
+        return f"it is {kind_of(st.st_mode)}, not a folder"
+    if st.st_uid != uid:
+        return f"it is owned by another user (uid {st.st_uid}, you are {uid})"
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        os.chmod(path, 0o700)
+    return None
 
 
 def private_file(path: Path) -> None:
@@ -58,3 +85,63 @@ def check_creatable(path: Path) -> None:
         raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(parent))
     if not os.access(parent, os.W_OK | os.X_OK):
         raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(parent))
+
+
+_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISLNK, "a symlink"),
+          (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+          (stat.S_ISSOCK, "a socket"))
+
+
+def kind_of(mode: int) -> str:
+    """What a file of ``st_mode`` is, in words (``a FIFO``, ``a directory``, ...)."""
+    return next((name for test, name in _KINDS if test(mode)), "not a regular file")
+
+
+class NotAFile(OSError):
+    """Something that is not a regular file where one was expected (a FIFO, a directory, a
+    device, a symlink, a socket); the message says what was found."""
+
+    def __str__(self) -> str:
+        return self.strerror or "not a regular file"
+
+
+def check_regular(path: Path | str, follow: bool = False) -> None:
+    """Raise :class:`NotAFile` when ``path`` exists and is not a regular file (``follow``: look
+    through a symlink); missing is fine. Opens nothing."""
+    try:
+        st = os.stat(path, follow_symlinks=follow)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISREG(st.st_mode):
+        raise NotAFile(errno.EINVAL, f"{Path(path).name} is {kind_of(st.st_mode)}, not a file",
+                       str(path))
+
+
+def open_regular(path: Path | str, flags: int = os.O_RDONLY, mode: int = 0o600,
+                 follow: bool = False) -> int:
+    """Open ``path`` only if it is a regular file, without ever blocking: ``O_NONBLOCK`` (a FIFO
+    opens at once, or fails, instead of waiting for a peer), no symlink followed unless
+    ``follow``, then ``fstat`` of what was opened. Returns the descriptor (in blocking mode);
+    raises :class:`NotAFile` saying what was found, or the ``OSError`` of the open."""
+    nofollow = 0 if follow else O_NOFOLLOW
+    try:
+        fd = os.open(path, flags | nofollow | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0), mode)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENXIO, errno.EISDIR, errno.EWOULDBLOCK):
+            try:
+                found = kind_of(os.lstat(path).st_mode)
+            except OSError:
+                raise exc from None
+            raise NotAFile(exc.errno, f"{Path(path).name} is {found}, not a file",
+                           str(path)) from None
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise NotAFile(errno.EINVAL, f"{Path(path).name} is {kind_of(st.st_mode)}, "
+                           "not a file", str(path))
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd

@@ -63,6 +63,9 @@ class Store(ABC):
 
     #: short backend name: "directory", "sqlite", "redis", ...
     kind: str = "store"
+    #: whether people other than this user write entries here (a team's Redis): clearing it
+    #: must be asked for, and with a team secret its entries must be signed
+    shared: bool = False
 
     def __init__(self) -> None:
         self._writable = True

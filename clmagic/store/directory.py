@@ -3,9 +3,13 @@
 Files are written to an exclusively created temp file in the same folder and renamed into place,
 so readers see either the old entry or the new one, never half of one; there are no locks.
 A rename replaces a symlink planted at the entry's path instead of writing through it, and
-entries are opened with ``O_NOFOLLOW``. Temp files left by a writer that died are swept when
-their key is next looked up. A folder that is world-writable or owned by another user is refused
-unless trusted explicitly (``CLMAGIC_CACHE_TRUST=1``).
+nothing is opened unless it is a regular file (``O_NOFOLLOW | O_NONBLOCK``, then ``fstat``: a
+FIFO, a device or a folder planted as an entry or a hit counter is named, never waited on).
+Temp files left by a writer that died (its pid gone, or over an hour old) are swept when their
+key is next looked up and by listings; a clear removes them all. A folder that is
+world-writable or owned by another user is refused unless trusted explicitly
+(``CLMAGIC_CACHE_TRUST=1``); a device folder that others could write into is made 0700 again,
+one owned by another user is not used.
 
 A code index, ``<code key>.code`` holding a key (64 bytes), names the latest entry built from the
 same code (comments and spacing aside), for rekeying; a stale one (its entry gone) is ignored.
@@ -24,6 +28,7 @@ import io
 import os
 import secrets
 import shutil
+import stat
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -31,15 +36,24 @@ from pathlib import Path
 from ..config import warn_once
 from ..entry import HEADER, MAX_BINARY, MAX_META, Entry, EntryMeta, Usage, decode, encode, read_meta
 from ..errors import CorruptEntry
-from ._fs import O_NOFOLLOW, check_creatable, hostile, private_folder
+from ._fs import (
+    O_NOFOLLOW,
+    NotAFile,
+    check_creatable,
+    hostile,
+    open_regular,
+    private_folder,
+    repair_folder,
+)
 from .base import Store, Use, is_hex, valid_name
 
 __all__ = ["DirectoryStore"]
 
 SUFFIX = ".clbin"
 TMP = ".tmp."
-#: a temp file older than this is a leftover even when its writer's pid is in use again
-STALE_TMP_S = 600.0
+#: a temp file older than this is a leftover even when its writer's pid is in use again (or
+#: lives on another host sharing the folder); listings and clears remove such files
+STALE_TMP_S = 3600.0
 HITS_SUFFIX = ".hits"
 #: ``<code key>.code`` beside the entries holds the key of the latest entry of that code
 CODE_SUFFIX = ".code"
@@ -58,11 +72,40 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def _sweep_tmp(folder: Path, names: Iterable[str], prefix: str = "", everything: bool = False
+               ) -> int:
+    """Remove the temp files among ``names`` in ``folder`` (those starting with ``prefix``) whose
+    writer is gone: its pid is not alive here, or the file is over :data:`STALE_TMP_S` old
+    (``everything``: all of them, as a clear does). Returns how many went."""
+    count = 0
+    for name in names:
+        if TMP not in name or not name.startswith(prefix):
+            continue
+        tmp = folder / name
+        if not everything:
+            try:
+                pid = int(name.rsplit(TMP, 1)[1].split(".", 1)[0])
+                age = time.time() - tmp.lstat().st_mtime
+            except (ValueError, OSError, IndexError):
+                continue
+            if pid > 0 and _alive(pid) and age < STALE_TMP_S:
+                continue  # a writer at work (this process's other threads, or another one)
+        try:
+            tmp.unlink()
+            count += 1
+        except OSError:
+            continue
+    return count
+
+
 def _read_entry_meta(path: str) -> tuple[EntryMeta | None, int]:
     """Header and metadata of one entry file (one read, two for big metadata) and the file's
     size; ``(None, 0)`` when it cannot be read or fails its checks."""
     try:
-        fd = os.open(path, os.O_RDONLY | O_NOFOLLOW)
+        fd = open_regular(path)
+    except NotAFile as exc:
+        warn_once(f"cache folder {os.path.dirname(path)}: {exc.strerror}; skipped")
+        return None, 0
     except OSError:
         return None, 0
     try:
@@ -81,8 +124,8 @@ def _read_entry_meta(path: str) -> tuple[EntryMeta | None, int]:
 def _index_size(path: str, key: str) -> int:
     """The size of a code index file when it names ``key``, else 0."""
     try:
-        fd = os.open(path, os.O_RDONLY | O_NOFOLLOW)
-    except OSError:
+        fd = open_regular(path)
+    except OSError:  # a FIFO or folder planted as the index included
         return 0
     try:
         return len(key) if os.read(fd, 65) == key.encode() else 0
@@ -101,6 +144,7 @@ class DirectoryStore(Store):
         super().__init__()
         self.root = Path(root)
         self.trust = False
+        self._good: set[Path] = set()  # device folders checked (and repaired) in this process
 
     @classmethod
     def open(cls, root: str | os.PathLike[str], trust: bool = False) -> DirectoryStore | None:
@@ -162,6 +206,8 @@ class DirectoryStore(Store):
         try:
             use = os.stat(entry_path.with_suffix(HITS_SUFFIX), follow_symlinks=False)
         except OSError:
+            use = None
+        if use is None or not stat.S_ISREG(use.st_mode):  # missing, or a FIFO, a folder, ...
             return Usage(hits=0, last_used=None, stored_bytes=created_size, store=self.kind)
         return Usage(hits=use.st_size, last_used=use.st_mtime,
                      stored_bytes=created_size + use.st_size, store=self.kind)
@@ -171,7 +217,15 @@ class DirectoryStore(Store):
     def get(self, fingerprint: str, key: str) -> Entry | None:
         path = self._path(fingerprint, key)
         try:
-            fd = os.open(path, os.O_RDONLY | O_NOFOLLOW)
+            self._check_folder(path.parent)
+            fd = open_regular(path)
+        except PermissionError as exc:
+            if "refused" not in str(exc.strerror):
+                raise CorruptEntry(f"cannot open {path.name}: {exc.strerror}") from None
+            warn_once(f"cache {exc.strerror}; its entries are not used")
+            return None
+        except NotAFile as exc:
+            raise CorruptEntry(exc.strerror or "not a file") from None
         except FileNotFoundError:
             swept = self._sweep(path)
             if swept:
@@ -182,8 +236,6 @@ class DirectoryStore(Store):
         except OSError as exc:
             if exc.errno == errno.ENOTDIR:
                 return None
-            if exc.errno == errno.ELOOP:
-                raise CorruptEntry(f"{path.name} is a symlink, not an entry") from None
             raise CorruptEntry(f"cannot open {path.name}: {exc.strerror}") from None
         try:
             with os.fdopen(fd, "rb", buffering=0) as fh:
@@ -204,25 +256,21 @@ class DirectoryStore(Store):
             names = os.listdir(path.parent)
         except OSError:
             return 0
-        count = 0
-        prefix = path.name + TMP
-        for name in names:
-            if not name.startswith(prefix):
-                continue
-            tmp = path.parent / name
-            try:
-                pid = int(name[len(prefix):].split(".", 1)[0])
-                age = time.time() - tmp.lstat().st_mtime
-            except (ValueError, OSError):
-                continue
-            if pid <= 0 or (_alive(pid) and age < STALE_TMP_S):
-                continue  # a writer at work (this process's other threads, or another one)
-            try:
-                tmp.unlink()
-                count += 1
-            except OSError:
-                continue
-        return count
+        return _sweep_tmp(path.parent, names, path.name + TMP)
+
+    def _check_folder(self, folder: Path) -> None:
+        """A device folder is clmagic's own and private: one that others could write into is
+        made 0700 again (once per process and folder), one owned by another user is refused
+        (``PermissionError``). A missing folder is fine."""
+        if folder in self._good:
+            return
+        try:
+            why = None if self.trust else repair_folder(folder)
+        except FileNotFoundError:
+            return
+        if why:
+            raise PermissionError(errno.EACCES, f"device folder {folder} is refused: {why}")
+        self._good.add(folder)
 
     def put_many(self, entries: Iterable[Entry]) -> int:
         return sum(self._put(e) for e in entries)
@@ -239,6 +287,7 @@ class DirectoryStore(Store):
             if not path.parent.is_dir():
                 self._make_root()
                 private_folder(path.parent)
+            self._check_folder(path.parent)
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | O_NOFOLLOW, 0o600)
             try:
                 with os.fdopen(fd, "wb") as fh:
@@ -254,6 +303,9 @@ class DirectoryStore(Store):
         except FileNotFoundError:
             return False  # the temp file was swept under us (another host's writer); harmless
         except OSError as exc:
+            if "refused" in str(exc.strerror):  # one foreign device folder: not the whole cache
+                warn_once(f"cache {exc.strerror}; entries of that device are not saved")
+                return False
             if exc.errno in _FULL:
                 self._reason = f"disk full: {exc.strerror}"
                 warn_once(f"cache {self.root} is full ({exc.strerror}): entries are not saved")
@@ -287,9 +339,8 @@ class DirectoryStore(Store):
         if not valid_name(fingerprint, code_key):
             return None
         try:
-            fd = os.open(self.root / fingerprint / (code_key + CODE_SUFFIX),
-                         os.O_RDONLY | O_NOFOLLOW)
-        except OSError:
+            fd = open_regular(self.root / fingerprint / (code_key + CODE_SUFFIX))
+        except OSError:  # missing, or not a regular file (a FIFO is never waited on)
             return None
         try:
             raw = os.read(fd, 65)
@@ -359,11 +410,13 @@ class DirectoryStore(Store):
             return
         path = self._path(fingerprint, key).with_suffix(HITS_SUFFIX)
         try:
-            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | O_NOFOLLOW, 0o600)
+            fd = open_regular(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
             try:
                 os.write(fd, b"+")
             finally:
                 os.close(fd)
+        except NotAFile as exc:  # a FIFO would have blocked the build: say what is there
+            warn_once(f"cache {path.parent}: {exc.strerror}; hits of that entry are not counted")
         except OSError:
             pass
 
@@ -415,9 +468,15 @@ class DirectoryStore(Store):
                 continue
             folder = os.path.join(self.root, fp)
             try:
+                self._check_folder(Path(folder))
                 names = set(os.listdir(folder))
+            except PermissionError as exc:
+                warn_once(f"cache {exc.strerror}; its entries are not used")
+                continue
             except OSError:
                 continue
+            if any(TMP in name for name in names):  # leftovers of killed writers
+                _sweep_tmp(Path(folder), names)
             for name in names:
                 key = name[: -len(SUFFIX)]
                 if not (name.endswith(SUFFIX) and is_hex(key, 64)):
@@ -447,8 +506,8 @@ class DirectoryStore(Store):
 
     def _sweep_hits(self, fingerprint: str | None) -> int:
         """Remove ``.hits`` files whose entry is gone (a hit counted while another process
-        deleted the entry) and the code index of the cleared folders; returns the bytes
-        freed."""
+        deleted the entry), the code index of the cleared folders and every temp file (a clear
+        empties the folder); returns the bytes freed."""
         freed = 0
         try:
             folders = [fingerprint] if fingerprint else os.listdir(self.root)
@@ -460,6 +519,7 @@ class DirectoryStore(Store):
                 names = set(os.listdir(folder)) if is_hex(fp, 16) else set()
             except OSError:
                 continue
+            _sweep_tmp(folder, names, everything=True)
             for name in names:
                 if name.endswith(HITS_SUFFIX) and name[: -len(HITS_SUFFIX)] + SUFFIX not in names:
                     freed += self._drop_hits(folder / (name[: -len(HITS_SUFFIX)] + SUFFIX))

@@ -56,6 +56,7 @@ class RedisStore(Store):
     not used for that long; ``timeout`` bounds each call."""
 
     kind = "redis"
+    shared = True
 
     def __init__(self, url: str, ttl: int | None = None, timeout: float = 1.0):
         import redis

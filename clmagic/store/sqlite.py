@@ -1,13 +1,14 @@
 """The SQLite store: one file holds every entry, with the metadata as real columns.
 
-Cross-process safety is SQLite's own: WAL mode and a 5 s ``busy_timeout``, nothing else. Use
-counts live in their own ``usage`` table, so a hit writes one small row and never the entry (nor
-its binary); a count that would wait more than 50 ms for another writer is dropped. A file that
-cannot be written serves hits and stores nothing; a failed write turns writes off for the process
-with one warning, except a lock held by another process, which only drops that one write (until
-it happens three times in a row). A file written by a newer clmagic (a higher schema
-version) is never altered: it is not opened at all. The same file, sealed with a manifest, is a
-bundle (:mod:`clmagic.bundle`), read back through :meth:`SQLiteStore.untrusted`.
+Cross-process safety is SQLite's own: WAL mode and a 5 s ``busy_timeout``, nothing else. Use counts
+live in their own ``usage`` table, so a hit writes one small row and never the entry (nor its
+binary); a count that would wait more than 50 ms for another writer is dropped. A file that cannot
+be written serves hits and stores nothing; a failed write turns writes off for the process with one
+warning, except a lock held by another process, which only drops that one write; three in a row
+pause writes for ``LOCK_PAUSE_S`` (no build waits on the lock meanwhile), then they are tried
+again: a lock is transient, never the end of saving. A file written by a newer clmagic (a higher
+schema version) is never altered: it is not opened at all. The same file, sealed with a manifest,
+is a bundle (:mod:`clmagic.bundle`), read back through :meth:`SQLiteStore.untrusted`.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from typing import Any
 
 from .._version import __version__
 from ..config import SQLITE_SUFFIXES as SUFFIXES
-from ..config import warn_once
+from ..config import warn, warn_once
 from ..entry import FORMAT_VERSION, Entry, verified
 from ..errors import CorruptEntry
 from ._fs import private_file, private_folder, refusal
@@ -60,12 +61,16 @@ from .sqlite_sql import (
     schema_version,
 )
 
-__all__ = ["SQLiteStore", "SCHEMA_VERSION", "SUFFIXES", "MAX_LOCKED", "HIT_TIMEOUT_MS"]
+__all__ = ["SQLiteStore", "SCHEMA_VERSION", "SUFFIXES", "MAX_LOCKED", "LOCK_PAUSE_S",
+           "HIT_TIMEOUT_MS"]
 
 #: how long a hit count waits for another writer before it is dropped (counts are advisory)
 HIT_TIMEOUT_MS = 50
-#: lock timeouts in a row after which writes are turned off (each one cost BUSY_TIMEOUT_MS)
+#: lock timeouts in a row after which writes pause for LOCK_PAUSE_S (each one cost
+#: BUSY_TIMEOUT_MS)
 MAX_LOCKED = 3
+#: seconds writes pause after MAX_LOCKED lock timeouts in a row, before they are tried again
+LOCK_PAUSE_S = 60.0
 _ROW_ERRORS = (ValueError, TypeError, CorruptEntry)
 
 
@@ -86,6 +91,8 @@ class SQLiteStore(Store):
         self._pid = -1
         self._provenance = False
         self._locked = 0  # lock timeouts in a row
+        self._paused_until = 0.0  # monotonic time before which writes are not tried (a lock)
+        self.lock_pause_s = LOCK_PAUSE_S
         self._connection()
 
     @classmethod
@@ -156,10 +163,13 @@ class SQLiteStore(Store):
         written.
 
         Another process holding the lock past the busy timeout is transient: this write is
-        dropped (with one warning) and writes stay on, unless it happens ``MAX_LOCKED`` times in
-        a row (then every save would wait ``BUSY_TIMEOUT_MS`` for nothing, so writes go off).
-        Any other failure (disk full, damaged file, a refusing trigger) turns writes off."""
+        dropped (with one warning) and writes stay on; after ``MAX_LOCKED`` in a row (every save
+        would wait ``BUSY_TIMEOUT_MS`` for nothing) writes pause for :attr:`lock_pause_s`
+        seconds, and are then tried again. Any other failure (disk full, damaged file, a
+        refusing trigger) turns writes off."""
         if not self.writable:
+            return -1
+        if time.monotonic() < self._paused_until:
             return -1
         with self._lock:
             conn = None
@@ -170,16 +180,23 @@ class SQLiteStore(Store):
                 if not self._provenance:
                     self._write_provenance(conn)
                 conn.execute("COMMIT")
-                self._locked = 0
+                self._locked, self._reason = 0, ""
                 return changed
             except sqlite3.Error as exc:
                 self._rollback(conn)
-                if is_locked(exc) and self._locked + 1 < MAX_LOCKED:
-                    self._locked += 1
+                if not is_locked(exc):
+                    self._disable_writes(str(exc))
+                    return -1
+                self._locked += 1
+                self._reason = f"locked by another process ({exc})"
+                if self._locked < MAX_LOCKED:
                     warn_once(f"cache {self.path} is locked by another process ({exc}); "
                               "this build is not saved")
                 else:
-                    self._disable_writes(str(exc))
+                    self._locked = 0
+                    self._paused_until = time.monotonic() + self.lock_pause_s
+                    warn(f"cache {self.path} stayed locked by another process for "
+                         f"{MAX_LOCKED} saves; saving again in {self.lock_pause_s:g} s")
                 return -1
             except OSError as exc:  # the file or its folder went away under a reconnect
                 self._disable_writes(str(exc))

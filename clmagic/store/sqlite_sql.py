@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ..entry import FORMAT_VERSION, SQL_FIELDS, Entry, EntryMeta, Usage, check_meta
+from ._fs import check_regular
 
 __all__ = ["SCHEMA", "SCHEMA_VERSION", "BUSY_TIMEOUT_MS", "SchemaTooNew", "connect",
            "schema_version", "is_locked", "has_tables", "create_schema", "row_meta",
@@ -114,7 +115,11 @@ class SchemaTooNew(Exception):
 def connect(path: Path, read_only: bool, immutable: bool = False) -> sqlite3.Connection:
     """A connection with the busy timeout set; ``read_only`` opens with ``mode=ro`` (and, when
     even the WAL index cannot be made, as immutable); ``immutable`` reads a file that nobody
-    writes (an untrusted bundle) without any lock or side file."""
+    writes (an untrusted bundle) without any lock or side file. The file and its side files
+    must be regular files where they exist (:class:`~clmagic.store._fs.NotAFile`, an
+    ``OSError``, otherwise)."""
+    for name in (path, *(Path(f"{path}{end}") for end in ("-wal", "-shm", "-journal"))):
+        check_regular(name, follow=True)  # SQLite would block on a FIFO, forever
     uri = path.resolve().as_uri()
     if immutable:
         conn = sqlite3.connect(f"{uri}?mode=ro&immutable=1", uri=True, isolation_level=None,
