@@ -13,9 +13,10 @@ a fresh Python process; the two paths alternate:
 - ``clmagic``: ``python -m clmagic run hook_workload.py``, every build a HIT from a cache that an
   untimed first run filled (the driver's caches on as well).
 
-Reported per path (medians, and the best run of each): ``workload`` (first array operation to last result: every build
-and the computations; imports, device and context excluded), ``builds`` (time spent building),
-``process`` (the whole process, interpreter start and imports included). Ratios are pyopencl /
+Reported per path (medians, and the best run of each): ``workload`` (first array operation to
+last result: every build and the computations; imports, device and context excluded),
+``builds`` (time spent building), ``process`` (the whole process, interpreter start and imports
+included). Ratios are pyopencl /
 clmagic. Needs pyopencl, numpy, Mako (pyopencl's generated kernels) and clmagic; silx optional.
 Writes ``results/hook-LABEL.json`` and ``.md`` with machine, versions and commit.
 """

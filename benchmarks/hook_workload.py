@@ -41,8 +41,8 @@ def pick_device(spec: str | None) -> cl.Device:
         pairs.sort(key=lambda pd: not pd[1].type & cl.device_type.GPU)
     for _, dev in pairs:  # the first that really builds (one POCL may not know this CPU)
         try:
-            cl._cl._Program(cl.Context([dev]), "__kernel void k(__global int *a) {a[0] = 1;}")._build(
-                options=b"", devices=[dev])
+            probe = "__kernel void k(__global int *a) {a[0] = 1;}"
+            cl._cl._Program(cl.Context([dev]), probe)._build(options=b"", devices=[dev])
             return dev
         except cl.Error:
             continue

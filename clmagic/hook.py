@@ -114,7 +114,8 @@ def _hooked(original: Callable[..., cl.Program]) -> Callable[..., cl.Program]:
         descr = "clmagic cache retrieval" if cached else "clmagic source build"
         self._build_duration_info = (descr, cached, time.perf_counter() - t0)
         if built.build_log:
-            cl.compiler_output(f"Build succeeded, but resulted in non-empty logs:\n{built.build_log}")
+            cl.compiler_output("Build succeeded, but resulted in non-empty logs:\n"
+                               + built.build_log)
         return self
 
     build.__clmagic_hook__ = True  # type: ignore[attr-defined]

@@ -212,11 +212,17 @@ class CLMagics(Magics):
     @argument("--remote", action="store_true",
               help="clear: the shared store too (CLMAGIC_REMOTE, or a Redis cache): the team's "
                    "entries; without it only this machine's cache is cleared.")
+    @argument("--origin", metavar="MODULE",
+              help="DataFrame, stats, history, clear: only builds asked for by MODULE (cell, "
+                   "pyopencl.elementwise, or a package: pyopencl, silx).")
     @line_magic
     def clcache(self, line: str) -> object:
         """Explore and manage clmagic's cache.
 
-        ``%clcache``                 the stored entries as a DataFrame, most recently used first
+        ``%clcache [--origin MODULE]`` the stored entries as a DataFrame, most recently used
+                                     first (``--origin``: of builds asked for by MODULE: cell,
+                                     pyopencl.reduction, or a package: pyopencl, silx; also
+                                     for stats, history and clear)
         ``%clcache stats [--zero]``  this session's and the store's lifetime hits, misses,
                                      evictions, hit rate, time saved side by side; entries and
                                      bytes per device (``--zero``: lifetime figures to zero)
@@ -246,12 +252,15 @@ class CLMagics(Magics):
         except UsageError as exc:
             raise OptionsError(str(exc)) from None
         sub = CLCACHE[args.command]
-        extra = {n for n in ("keys", "older_than", "device", "zero", "remote")
-                 if getattr(args, n)} - sub.takes
+        given = ("keys", "older_than", "device", "zero", "remote", "origin")
+        extra = {n for n in given if getattr(args, n)} - sub.takes
         if sub.misuse and (extra or (sub.needs_path and len(args.keys) != 1)):
             raise OptionsError(sub.misuse)
         if "zero" in extra:
             raise OptionsError("--zero goes with %clcache stats only")
+        if "origin" in extra:
+            raise OptionsError("--origin goes with %clcache (the DataFrame), stats, history and "
+                               "clear")
         if extra & {"keys", "older_than", "remote"}:
             raise OptionsError("KEY_PREFIX, --older-than and --remote go with %clcache clear "
                                "only")
@@ -276,19 +285,19 @@ def _store_of(compiler: Compiler) -> Store:
 def _frame(m: CLMagics, a: Namespace) -> object:
     from .frames import cache_frame
 
-    return cache_frame(a.device, compiler=m.compiler)
+    return cache_frame(a.device, compiler=m.compiler, origin=a.origin)
 
 
 def _stats(m: CLMagics, a: Namespace) -> object:
     if a.zero:
         manage.zero_stats(m.compiler)
-    return manage.stats(m.compiler)
+    return manage.stats(m.compiler, origin=a.origin)
 
 
 def _history(m: CLMagics, a: Namespace) -> object:
     from .frames import history_frame
 
-    return history_frame(compiler=m.compiler)
+    return history_frame(compiler=m.compiler, origin=a.origin)
 
 
 def _widget(m: CLMagics, a: Namespace) -> object:
@@ -318,8 +327,8 @@ def _use(m: CLMagics, a: Namespace) -> object:
 @dataclass(frozen=True)
 class Subcommand:
     """One ``%clcache`` subcommand: what it runs, which arguments it takes (``keys``,
-    ``older_than``, ``device``), whether ``keys`` is one PATH, and the one line that answers
-    a misuse (when empty: which subcommands take the argument given)."""
+    ``older_than``, ``device``, ``origin``), whether ``keys`` is one PATH, and the one line that
+    answers a misuse (when empty: which subcommands take the argument given)."""
 
     run: Callable[[CLMagics, Namespace], object]
     takes: frozenset[str] = frozenset()
@@ -329,13 +338,14 @@ class Subcommand:
 
 #: ``%clcache`` subcommands (``None``: no subcommand, the entries as a DataFrame)
 CLCACHE: dict[str | None, Subcommand] = {
-    None: Subcommand(_frame, frozenset({"device"})),
-    "stats": Subcommand(_stats, frozenset({"zero"})),
-    "history": Subcommand(_history),
+    None: Subcommand(_frame, frozenset({"device", "origin"})),
+    "stats": Subcommand(_stats, frozenset({"zero", "origin"})),
+    "history": Subcommand(_history, frozenset({"origin"})),
     "info": Subcommand(lambda m, a: manage.cache_info(m.compiler)),
     "clear": Subcommand(lambda m, a: manage.clear_cache(a.device, a.older_than, a.keys,
-                                                       m.compiler, remote=a.remote),
-                        frozenset({"keys", "older_than", "device", "remote"})),
+                                                       m.compiler, remote=a.remote,
+                                                       origin=a.origin),
+                        frozenset({"keys", "older_than", "device", "remote", "origin"})),
     "widget": Subcommand(_widget),
     "export": Subcommand(_export, frozenset({"keys", "device"}),
                          "usage: %clcache export PATH [--device SPEC]", needs_path=True),

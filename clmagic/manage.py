@@ -147,17 +147,19 @@ def remove_entries(entries: Iterable[Entry], compiler: Compiler | None = None, *
 
 def clear_cache(device: object = None, older_than: str | float | None = None,
                 keys: Iterable[str] = (), compiler: Compiler | None = None, *,
-                remote: bool = False) -> Removed:
+                remote: bool = False, origin: str | None = None) -> Removed:
     """Remove the entries that match every filter given (all entries when none is), from the
     store and from this process's memory; says how many entries and bytes went. With a shared
     store behind the local one (``CLMAGIC_REMOTE``), only the local layer is cleared unless
-    ``remote`` is true; a store that is itself shared (Redis) is cleared only with ``remote``."""
+    ``remote`` is true; a store that is itself shared (Redis) is cleared only with ``remote``.
+    ``origin``: only the entries first built for it (``cell``, ``pyopencl``,
+    ``silx.opencl.processing``)."""
     c = or_default(compiler)
     keys = list(keys)
     if c.store is None:
         return Removed(location=_where(None))
     store = _clearable(c.store, remote)
-    if older_than is None and not keys:  # whole devices: the store clears them itself
+    if older_than is None and not keys and origin is None:  # whole devices: the store clears
         entries = list(store.entries()) if device not in (None, "") else []
         fps = [None] if device in (None, "") else sorted(device_fingerprints(device, entries))
         out = Removed(location=_where(store))
@@ -167,7 +169,8 @@ def clear_cache(device: object = None, older_than: str | float | None = None,
             out.entries += n
             out.bytes += freed
         return out
-    return remove_entries(select_entries(store, device, older_than, keys), c, remote=remote)
+    return remove_entries(select_entries(store, device, older_than, keys, origin=origin), c,
+                          remote=remote)
 
 
 def _where(store: Store | None) -> str:

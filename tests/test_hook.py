@@ -417,3 +417,28 @@ def test_more_of_pyopencl_misses_then_hits_with_the_same_results(settings, pocl)
         assert {r.outcome for r in records} <= {expected, Outcome.MEMORY}, records
         assert {"pyopencl.bitonic_sort", "pyopencl.clrandom", "pyopencl.scan",  # copy_if: a scan
                 "pyopencl.elementwise"} <= {r.origin for r in records}
+
+
+def test_clcache_filters_by_origin(shell, pocl):
+    from clmagic.errors import OptionsError
+
+    magics = shell.magics_manager.registry["CLMagics"]
+    shell.run_cell_magic("clkernel", "--quiet", SAXPY)
+    hook.install(magics.compiler)
+    try:
+        import pyopencl.array as cla
+
+        ctx, queue, _ = _context(pocl)
+        assert float(cla.sum(cla.to_device(queue, np.ones(8, np.float32))).get()) == 8.0
+    finally:
+        hook.uninstall()
+    run = shell.run_line_magic
+    assert run("clcache", "stats --origin pyopencl").misses == 2
+    assert run("clcache", "stats --origin cell").misses == 1
+    assert list(run("clcache", "history --origin pyopencl.reduction")["kernels"]) == [
+        "reduce_kernel_stage1", "reduce_kernel_stage2"]
+    assert set(run("clcache", "--origin pyopencl")["origin"]) == {"pyopencl.reduction"}
+    with pytest.raises(OptionsError, match="--origin goes with"):
+        run("clcache", "info --origin pyopencl")
+    assert str(run("clcache", "clear --origin pyopencl")).startswith("removed 2 entries")
+    assert list(run("clcache", "")["origin"]) == ["cell"]
