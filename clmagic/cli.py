@@ -11,6 +11,10 @@ import sys
 import tempfile
 from collections.abc import Callable
 
+ORIGIN_HELP = ("only entries first built for MODULE: cell (%%%%clkernel, clmagic.build), a "
+               "module that built through clmagic.install() (pyopencl.elementwise), or a "
+               "package (pyopencl, silx)")
+
 __all__ = ["main", "DEMO_SOURCE"]
 
 DEMO_SOURCE = r"""
@@ -185,6 +189,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     ls = sub.add_parser("ls", help="the cached entries, most recently used first")
     ls.add_argument("--device", "-d", metavar="SPEC", help="only this device's entries")
+    ls.add_argument("--origin", metavar="MODULE", help=ORIGIN_HELP)
     ls.add_argument("--sort", metavar="COLUMN", default="last_used",
                     help="column to sort by (numbers and times: largest first; default last_used)")
     fmt = ls.add_mutually_exclusive_group()
@@ -200,6 +205,7 @@ def build_parser() -> argparse.ArgumentParser:
     clear.add_argument("keys", nargs="*", metavar="KEY_PREFIX", help="only keys starting so")
     clear.add_argument("--device", "-d", metavar="SPEC", help="only this device's entries")
     clear.add_argument("--older-than", metavar="AGE", help="only entries unused for AGE (7d)")
+    clear.add_argument("--origin", metavar="MODULE", help=ORIGIN_HELP)
     clear.add_argument("--yes", "-y", action="store_true",
                        help="clear everything without asking (asked only on a terminal)")
     clear.add_argument("--json", action="store_true", help="say what was removed as JSON")

@@ -59,7 +59,7 @@ def _print_json(data: Any) -> None:
 def _ls(args: argparse.Namespace) -> int:
     from .frames import cache_frame
 
-    df = cache_frame(args.device, compiler=_compiler())
+    df = cache_frame(args.device, compiler=_compiler(), origin=args.origin)
     if args.sort not in df.columns:
         raise OptionsError(f"--sort {args.sort!r}: no such column; columns: "
                            + ", ".join(df.columns))
@@ -110,12 +110,12 @@ def _clear(args: argparse.Namespace) -> int:
     if args.older_than is not None:
         parse_age(args.older_than)  # bad input before anything is opened
     c = _compiler(writable=True)
-    everything = not (args.keys or args.device or args.older_than)
+    everything = not (args.keys or args.device or args.older_than or args.origin)
     if everything and not args.yes and sys.stdin.isatty():
         if not _confirm(f"remove every entry of {c.store.location}?"):  # type: ignore
             print("nothing removed")
             return 1
-    removed = manage.clear_cache(args.device, args.older_than, args.keys, c)
+    removed = manage.clear_cache(args.device, args.older_than, args.keys, c, origin=args.origin)
     if args.json:
         _print_json({"entries": removed.entries, "bytes": removed.bytes,
                      "location": removed.location})

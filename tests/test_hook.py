@@ -442,3 +442,28 @@ def test_clcache_filters_by_origin(shell, pocl):
         run("clcache", "info --origin pyopencl")
     assert str(run("clcache", "clear --origin pyopencl")).startswith("removed 2 entries")
     assert list(run("clcache", "")["origin"]) == ["cell"]
+
+
+def test_clmagic_ls_and_clear_filter_by_origin(hooked, pocl, cache_dir):
+    import json as _json
+
+    import pyopencl.array as cla
+
+    hooked.build(SAXPY, device=pocl)  # a cell's entry
+    ctx, queue, _ = _context(pocl)
+    assert float(cla.sum(cla.to_device(queue, np.ones(8, np.float32))).get()) == 8.0
+
+    def clmagic_cli(*argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "clmagic", *argv], capture_output=True,
+                              text=True, timeout=120,
+                              env=child_env(CLMAGIC_CACHE_DIR=str(cache_dir)))
+
+    listed = clmagic_cli("ls", "--origin", "pyopencl", "--json")
+    assert listed.returncode == 0, listed.stderr
+    rows = _json.loads(listed.stdout)
+    assert sorted(r["kernels"] for r in rows) == ["reduce_kernel_stage1", "reduce_kernel_stage2"]
+    assert {r["origin"] for r in rows} == {"pyopencl.reduction"}
+    cleared = clmagic_cli("clear", "--origin", "pyopencl.reduction")
+    assert cleared.returncode == 0 and cleared.stdout.startswith("removed 2 entries"), cleared
+    rest = _json.loads(clmagic_cli("ls", "--json").stdout)
+    assert [r["origin"] for r in rest] == ["cell"]
