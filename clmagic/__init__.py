@@ -136,10 +136,20 @@ def load_ipython_extension(ip: InteractiveShell) -> None:
 
     magics = CLMagics(shell=ip)
     ip.register_magics(magics)
+    # saves run in the background while the user reads the result; a cell waits for those
+    # of the cells before it, so whatever it reads of the store (files, SQL) is complete
+    if _flush_before_cell not in ip.events.callbacks["pre_run_cell"]:
+        ip.events.register("pre_run_cell", _flush_before_cell)
     # IPython's list is inferred from ``[self]`` as a list of shells; it holds any Configurable
     configurables = cast("list[object]", ip.configurables)
     if magics not in configurables:
         configurables.append(magics)
+
+
+def _flush_before_cell(info: object = None) -> None:
+    from .saving import flush_all
+
+    flush_all()
 
 
 def unload_ipython_extension(ip: InteractiveShell) -> None:

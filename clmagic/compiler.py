@@ -30,6 +30,7 @@ from .lifetime import Counters
 from .options import BuildOptions, parse_options
 from .records import History, Outcome, Record
 from .results import BuildResult, ProgramBuild
+from .saving import Pending, Saver, flush_all, wait_everywhere
 from .source import MAX_SOURCE, check_source, normalise_source, preview
 from .store import Store, store_for
 
@@ -98,24 +99,40 @@ class Compiler:
         #: programs built for callers' contexts (the pyopencl hook), by their keys
         self._programs: dict[tuple[tuple[str, str], ...], driver.Built] = {}
         self._lock = threading.Lock()  # memory and history; builds themselves run in parallel
+        #: a MISS's binary readout and save, and the hit counter, run here, off the user's path
+        self._saver = Saver()
         self._store: Store | None = None
         self.store = store_for(self.settings) if isinstance(store, _Default) else store
-        self.history = History(debug=self.settings.debug, level=self.settings.record)
+        self._history = History(debug=self.settings.debug, level=self.settings.record)
         self.device_spec: str | None = self.settings.device
         self._prepared: dict[tuple[object, ...], _Prepared] = {}
 
     @property
     def store(self) -> Store | None:
-        """Where entries are kept (``None``: memory only). Setting another store starts a new
-        generation: nothing built or loaded before is served from memory afterwards."""
+        """Where entries are kept (``None``: memory only), once every pending save of this
+        process (of any compiler: they may share the store) is in it. Setting another store
+        starts a new generation: nothing built or loaded before is served from memory
+        afterwards."""
+        flush_all()
         return self._store
 
     @store.setter
     def store(self, store: Store | None) -> None:
+        self._saver.flush()
         with self._lock:
             self._store = store
             self._memory.clear()
             self._programs.clear()
+
+    @property
+    def history(self) -> History:
+        """This process's trips, once every pending save has said how it ended."""
+        self._saver.flush()
+        return self._history
+
+    def flush(self) -> None:
+        """Wait for every save and hit count still running in the background."""
+        self._saver.flush()
 
     # -- device -------------------------------------------------------------------------------
 
@@ -197,9 +214,10 @@ class Compiler:
                 return found
         built = self._compile_trip(trip)
         self._keep(trip.memo, built)
-        rec = self._record(trip.info, trip.prep, trip.t0, outcome, built, code_key=code.key)
-        saved, note = self._save(rec, built.program, trip.dev)
-        return self._finish(trip, outcome, built, saved=saved, note=note, code_key=code.key)
+        if self._store is None:
+            return self._finish(trip, outcome, built, note="cache off (memory only)",
+                                code_key=code.key)
+        return self._finish(trip, outcome, built, note="saving", code_key=code.key, save=True)
 
     def _bypass(self, trip: _Trip) -> BuildResult:
         """Build with the driver alone: asked for, or includes the key cannot cover."""
@@ -236,25 +254,25 @@ class Compiler:
                 corrupt = self._damaged(trip.info, trip.prep.key, exc)
             else:
                 self._keep(trip.memo, built)
-                self._record_hit(self.store, *trip.memo)
-                return built, Outcome.HIT, _served_from(entry, self.store)
+                self._count_hit(*trip.memo)
+                return built, Outcome.HIT, _served_from(entry, self._store)
         return None, Outcome.CORRUPT if corrupt else Outcome.MISS, ""
 
     def _code_key(self, trip: _Trip) -> CodeKey:
         """The code key of a trip that missed (on a miss only: the HIT path never pays for it);
         why there is none goes to the debug trace."""
-        if self.store is None:
+        if self._store is None:
             return CodeKey(None, "no store to rekey from")
         code = code_key_of(trip.prep.source, trip.prep.opts, trip.info, bool(trip.prep.headers))
-        if code.key is None and self.history.debug:
+        if code.key is None and self._history.debug:
             with self._lock:
-                self.history.event("NOREKEY", trip.prep.key, [], detail=code.reason)
+                self._history.event("NOREKEY", trip.prep.key, [], detail=code.reason)
         return code
 
     def _by_code(self, trip: _Trip, code: str) -> BuildResult | None:
         """REKEYED: the binary of a stored entry of the same code, loaded (not built) and saved
         under this trip's key too; ``None`` when the store has none that the driver takes."""
-        store = self.store
+        store = self._store
         try:
             entry = None if store is None else store.find_code(trip.info.fingerprint, code)
             if store is None or entry is None or entry.binary is None:
@@ -286,7 +304,7 @@ class Compiler:
         as the note, its log as the build log."""
         for info in infos:
             self.counters.add(info.fingerprint, Outcome.FAILED)
-        if not self.history.active:
+        if not self._history.active:
             return
         recs = [Record(time=time.time(), outcome=Outcome.FAILED, kernels=[],
                        ms=(time.perf_counter() - t0) * 1000, build_ms=0.0, device=info,
@@ -296,18 +314,44 @@ class Compiler:
                 for info in infos]
         with self._lock:
             for rec in recs:
-                self.history.add(rec)
+                self._history.add(rec)
 
     def _finish(self, trip: _Trip, outcome: str, built: driver.Built, saved: bool = False,
-                note: str = "", code_key: str | None = None) -> BuildResult:
+                note: str = "", code_key: str | None = None, save: bool = False) -> BuildResult:
+        """The trip's result; with ``save``, the binary readout and save are left to the
+        saver (the result's ``saved`` and ``note`` wait for them, its ``latest`` does not)."""
         rec = self._record(trip.info, trip.prep, trip.t0, outcome, built, saved=saved, note=note,
                            code_key=code_key)
-        if self.history.active:  # CLMAGIC_RECORD=off without debug: nothing to keep or print
+        kept = None
+        if self._history.active:  # CLMAGIC_RECORD=off without debug: nothing to keep or print
             with self._lock:
-                self.history.add(rec)
+                kept = self._history.add(rec)
         self.counters.add(rec.fingerprint, outcome, 1, rec.saved_ms)
+        pending = self._save_later(rec, kept, built.program, trip.dev) if save else None
         return BuildResult(built.program, built.kernels, trip.ctx, trip.queue, trip.prep.opts,
-                           rec)
+                           rec, pending)
+
+    def _save_later(self, rec: Record, kept: Record | None, program: cl.Program,
+                    dev: cl.Device) -> Pending[Record]:
+        """Read out and save the binary of ``rec``'s build on the saver's thread; the history's
+        record (``kept``) then says how it ended."""
+        pending: Pending[Record] = Pending(rec)
+
+        def job() -> None:
+            saved, note = False, "not saved"
+            try:
+                saved, note = self._save(rec, program, dev)
+            except Exception as exc:  # whatever went wrong, the build stands and nobody hangs
+                note = f"not saved ({exc})"
+                warn_once(f"clmagic could not save {rec.key[:12]} ({exc})")
+            finally:
+                if kept is not None:
+                    with self._lock:
+                        self._history.settle(kept, saved, note)
+                pending.settle(dataclasses.replace(rec, saved_to_store=saved, note=note))
+
+        self._saver.submit((rec.fingerprint, rec.key), job)
+        return pending
 
     def build_program(self, context: cl.Context, source: str | bytes,
                       options: str | BuildOptions | None = None,
@@ -338,10 +382,10 @@ class Compiler:
                                  saved=done.get(i, (False, ""))[0],
                                  note=done.get(i, (False, note))[1], origin=origin)
                     for i, (info, prep) in enumerate(zip(infos, preps))]
-            if self.history.active:
+            if self._history.active:
                 with self._lock:
                     for rec in recs:
-                        self.history.add(rec)
+                        self._history.add(rec)
             for rec in recs:
                 self.counters.add(rec.fingerprint, rec.outcome, 1, rec.saved_ms)
             return ProgramBuild(built.program, outcome, recs, built.log)
@@ -374,8 +418,8 @@ class Compiler:
             else:
                 self._remember(keys, built)
                 for fp, key in keys:
-                    self._record_hit(self.store, fp, key)
-                return finish(Outcome.HIT, built, note=_served_from(entries[0], self.store))
+                    self._count_hit(fp, key)
+                return finish(Outcome.HIT, built, note=_served_from(entries[0], self._store))
 
         built = compile_all()
         self._remember(keys, built)
@@ -424,7 +468,7 @@ class Compiler:
     @property
     def counters(self) -> Counters:
         """The store's lifetime (and session) counters; session only without a store."""
-        return self.store.counters if self.store is not None else self._no_counters
+        return self._store.counters if self._store is not None else self._no_counters
 
     def _keep(self, memo: tuple[str, str], built: driver.Built) -> None:
         """Keep a program in memory, dropping the least recently used past ``memory_max``."""
@@ -443,19 +487,20 @@ class Compiler:
     def _lookup(self, info: DeviceInfo, key: str) -> tuple[Entry | None, bool]:
         """The stored entry of ``key`` (``None`` when there is none) and whether a damaged one
         was found (reported, deleted, rebuilt by the caller)."""
-        if self.store is None:
+        if self._store is None:
             return None, False
+        wait_everywhere((info.fingerprint, key))  # a save of this key still under way
         try:
-            return self.store.get(info.fingerprint, key), False
+            return self._store.get(info.fingerprint, key), False
         except (CorruptEntry, OSError) as exc:
             return None, self._damaged(info, key, exc)
 
     def _damaged(self, info: DeviceInfo, key: str, exc: Exception) -> bool:
         warn_once(f"cache entry {key[:12]} is damaged ({exc}); rebuilding it")
         with self._lock:
-            self.history.event("CORRUPT", key, [], detail=str(exc))
-        if self.store is not None:
-            self.store.delete(info.fingerprint, key)
+            self._history.event("CORRUPT", key, [], detail=str(exc))
+        if self._store is not None:
+            self._store.delete(info.fingerprint, key)
         return True
 
     def _compile(self, ctx: cl.Context, devs: list[cl.Device], label: str, prep: _Prepared,
@@ -498,11 +543,18 @@ class Compiler:
     def _save(self, rec: Record, program: cl.Program, dev: cl.Device) -> tuple[bool, str]:
         """Store the entry of ``rec``, with the binary ``program`` holds for ``dev``; returns
         (saved, note)."""
-        if self.store is None:
+        store = self._store
+        if store is None:
             return False, "cache off (memory only)"
-        saved = self.store.put(rec.entry(driver.binary_of(program, dev)))
+        saved = store.put(rec.entry(driver.binary_of(program, dev)))
         return saved, "saved" if saved else (
-            f"not saved ({self.store.reason or 'store refused it'})")
+            f"not saved ({store.reason or 'store refused it'})")
+
+    def _count_hit(self, fingerprint: str, key: str) -> None:
+        """Count a store hit on the saver's thread (the user does not wait for a counter)."""
+        store = self._store
+        if store is not None:
+            self._saver.submit(None, lambda: self._record_hit(store, fingerprint, key))
 
     @staticmethod
     def _record_hit(store: Store | None, fingerprint: str, key: str) -> None:

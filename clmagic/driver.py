@@ -22,6 +22,7 @@ The built program is handed out as a public ``cl.Program`` (its one-argument for
 
 from __future__ import annotations
 
+import ctypes
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -121,8 +122,62 @@ def build_log(prg: Any, dev: cl.Device) -> str:
         return ""
 
 
+_CL_PROGRAM_NUM_DEVICES = 0x1162
+_CL_PROGRAM_DEVICES = 0x1163
+_CL_PROGRAM_BINARY_SIZES = 0x1165
+_CL_PROGRAM_BINARIES = 0x1166
+_opencl: ctypes.CDLL | bool | None = None  # the ICD loader (ctypes); False: none was found
+
+
+def _loader() -> ctypes.CDLL | None:
+    """The OpenCL ICD loader pyopencl itself loaded (read from this process's memory map)."""
+    global _opencl
+    if _opencl is None:
+        _opencl = False
+        try:
+            with open("/proc/self/maps", encoding="utf-8", errors="replace") as fh:
+                paths = [line.split(None, 5)[-1].strip() for line in fh if "libOpenCL" in line]
+            if paths:
+                lib = ctypes.CDLL(paths[0])
+                lib.clGetProgramInfo.argtypes = [ctypes.c_void_p, ctypes.c_uint, ctypes.c_size_t,
+                                                 ctypes.c_void_p, ctypes.c_void_p]
+                lib.clGetProgramInfo.restype = ctypes.c_int
+                _opencl = lib
+        except (OSError, AttributeError):
+            _opencl = False
+    return _opencl if isinstance(_opencl, ctypes.CDLL) else None
+
+
 def binary_of(program: Any, dev: cl.Device) -> bytes:
-    """The binary the driver built for ``dev``."""
+    """The binary the driver built for ``dev``, read with ``clGetProgramInfo`` through ctypes,
+    which lets go of the GIL while the driver works (pyopencl's ``get_info`` holds it: on POCL
+    that is the machine code of every kernel). Falls back to pyopencl's readout."""
+    lib = _loader()
+    if lib is None:
+        return _pyopencl_binary(program, dev)
+    get = lib.clGetProgramInfo
+    handle = ctypes.c_void_p(program.int_ptr)
+    count = ctypes.c_uint()
+    if get(handle, _CL_PROGRAM_NUM_DEVICES, ctypes.sizeof(count), ctypes.byref(count), None):
+        return _pyopencl_binary(program, dev)
+    n = count.value
+    devs = (ctypes.c_void_p * n)()
+    sizes = (ctypes.c_size_t * n)()
+    if (get(handle, _CL_PROGRAM_DEVICES, ctypes.sizeof(devs), devs, None)
+            or get(handle, _CL_PROGRAM_BINARY_SIZES, ctypes.sizeof(sizes), sizes, None)):
+        return _pyopencl_binary(program, dev)
+    try:
+        index = [d or 0 for d in devs].index(dev.int_ptr)
+    except ValueError:
+        return _pyopencl_binary(program, dev)
+    buffers = [ctypes.create_string_buffer(max(s, 1)) for s in sizes]
+    pointers = (ctypes.c_void_p * n)(*[ctypes.addressof(b) for b in buffers])
+    if get(handle, _CL_PROGRAM_BINARIES, ctypes.sizeof(pointers), pointers, None):
+        return _pyopencl_binary(program, dev)
+    return buffers[index].raw[: sizes[index]]
+
+
+def _pyopencl_binary(program: Any, dev: cl.Device) -> bytes:
     devs = cast("list[cl.Device]", program.get_info(cl.program_info.DEVICES))
     binaries = cast("list[bytes]", program.get_info(cl.program_info.BINARIES))
     return bytes(binaries[devs.index(dev)])

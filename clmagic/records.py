@@ -127,6 +127,15 @@ class History:
             self.event("SAVE", record.key, record.kernels, count=True)
         return record
 
+    def settle(self, record: Record, saved: bool, note: str) -> None:
+        """Say how the background save of ``record`` (as :meth:`add` returned it) ended."""
+        for i in range(len(self.records) - 1, -1, -1):
+            if self.records[i] is record:
+                self.records[i] = dataclasses.replace(record, saved_to_store=saved, note=note)
+                break
+        if saved:
+            self.event("SAVE", record.key, record.kernels, count=True)
+
     def event(self, what: str, key: str, kernels: list[str], count: bool = False,
               detail: str = "") -> None:
         """Print one ``clmagic: WHAT key kernels (tally)`` debug line to stderr."""

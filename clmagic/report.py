@@ -60,9 +60,10 @@ def _parts(r: BuildResult) -> list[str]:
         parts.append(f"options {r.options.written.strip()} → {opts or '(driver default)'}")
     elif opts:
         parts.append(f"options {opts}")
+    now = r.latest  # "saving" while a MISS's save runs: the user does not wait for it
     if r.outcome not in ("MEMORY", "REKEYED"):
-        parts.append(r.note)
-    elif r.outcome == "REKEYED" and r.saved:
+        parts.append(now.note)
+    elif r.outcome == "REKEYED" and now.saved_to_store:
         parts.append("saved")
     if r.build_log:
         n = len(r.build_log.splitlines())

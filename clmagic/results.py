@@ -4,13 +4,14 @@ the pyopencl hook). Both carry the trip's records; neither repeats their fields.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pyopencl as cl
 
 from .options import BuildOptions
 from .records import Record
 from .report import result_html, result_text
+from .saving import Pending
 
 __all__ = ["BuildResult", "ProgramBuild"]
 
@@ -27,16 +28,30 @@ class BuildResult:
     queue: cl.CommandQueue
     options: BuildOptions
     record: Record
+    #: the save of a MISS, done in the background (``None``: nothing to save)
+    pending: Pending[Record] | None = field(default=None, repr=False, compare=False)
 
     outcome = property(lambda self: self.record.outcome, doc="How the trip ended (Outcome).")
     ms = property(lambda self: self.record.ms, doc="The trip's time in ms.")
     build_ms = property(lambda self: self.record.build_ms, doc="The driver's build time, ms.")
     key = property(lambda self: self.record.key, doc="The cache key.")
     device = property(lambda self: self.record.device, doc="The device (DeviceInfo).")
-    saved = property(lambda self: self.record.saved_to_store, doc="Written to the store.")
-    note = property(lambda self: self.record.note, doc="What happened, in words.")
+    saved = property(lambda self: self.settled.saved_to_store,
+                     doc="Written to the store (waits for a save under way).")
+    note = property(lambda self: self.settled.note,
+                    doc="What happened, in words (waits for a save under way).")
     build_log = property(lambda self: self.record.build_log, doc="The driver's build log.")
     saved_ms = property(lambda self: self.record.saved_ms, doc="Build time this trip avoided.")
+
+    @property
+    def settled(self) -> Record:
+        """The trip's record once its save (if any) has finished: waits for it."""
+        return self.pending.wait() if self.pending is not None else self.record
+
+    @property
+    def latest(self) -> Record:
+        """The trip's record as it stands now (``saving`` while the save runs): no waiting."""
+        return self.pending.value if self.pending is not None else self.record
 
     def __getitem__(self, name: str) -> cl.Kernel:
         return self.kernels[name]

@@ -3,12 +3,14 @@ save, and the hit counter.
 
 The user waits for the driver's build only. The readout can cost more than the build itself
 (POCL generates the machine code of every kernel when its binary is read, pyopencl #731) and
-the save is file or network I/O, so both run on a worker thread at the lowest CPU priority,
-which the driver calls leave the GIL to. Nothing is lost on the way:
+the save is file or network I/O, so both run on a worker thread; the readout lets go of the
+GIL while the driver works (:func:`clmagic.driver.binary_of`), so the user's thread runs on.
+Nothing is lost on the way:
 
-- a pending save completes before the same key is looked up again (:meth:`Saver.wait`), before
-  anyone reads the compiler's store (``Compiler.store``), and before the process exits normally
-  (an ``atexit`` handler flushes every saver);
+- a pending save completes before the same key is looked up again (:func:`wait_everywhere`),
+  before anyone reads a compiler's store (``Compiler.store``), before the next IPython cell runs
+  (``%load_ext clmagic`` registers that), and before the process exits normally (an ``atexit``
+  handler flushes every saver);
 - a save is written to a temp file and renamed into place by the stores, so a process that dies
   mid-save leaves no half-written entry;
 - a job that fails is reported once (as a synchronous save would be) and never takes the
@@ -18,20 +20,38 @@ which the driver calls leave the GIL to. Nothing is lost on the way:
 from __future__ import annotations
 
 import atexit
-import ctypes
-import os
 import threading
 import weakref
 from collections import deque
 from collections.abc import Callable, Hashable
-
-import pyopencl as cl
+from typing import Generic, TypeVar
 
 from .config import warn_once
 
-__all__ = ["Saver", "flush_all", "read_binary"]
+__all__ = ["Saver", "Pending", "flush_all", "wait_everywhere"]
 
 _SAVERS: weakref.WeakSet[Saver] = weakref.WeakSet()
+T = TypeVar("T")
+
+
+class Pending(Generic[T]):
+    """A save under way: ``value`` as it stands (no waiting), :meth:`wait` for the final one."""
+
+    def __init__(self, value: T):
+        self.value = value
+        self._done = threading.Event()
+
+    def settle(self, value: T) -> None:
+        self.value = value
+        self._done.set()
+
+    @property
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    def wait(self) -> T:
+        self._done.wait()
+        return self.value
 
 
 class Saver:
@@ -88,10 +108,8 @@ class Saver:
         return self._thread is not None and threading.current_thread() is self._thread
 
     def _run(self) -> None:
-        try:  # the lowest priority for this thread alone (Linux): the user's work comes first
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
-        except (AttributeError, OSError):
-            pass
+        # at the process's own priority: a thread reniced down could be preempted while it
+        # holds the GIL, and then the user's thread would wait for it
         while True:
             with self._cond:
                 while not self._jobs:
@@ -113,6 +131,13 @@ class Saver:
                     self._cond.notify_all()
 
 
+def wait_everywhere(tag: Hashable) -> None:
+    """Wait until no saver of this process has a job tagged ``tag`` (another compiler on the
+    same store may be saving the entry about to be looked up)."""
+    for saver in list(_SAVERS):
+        saver.wait(tag)
+
+
 def flush_all() -> None:
     """Finish every pending save of every saver (run at normal exit)."""
     for saver in list(_SAVERS):
@@ -121,65 +146,3 @@ def flush_all() -> None:
 
 atexit.register(flush_all)
 
-
-# -- the binary readout without the GIL ------------------------------------------------------------
-
-_CL_PROGRAM_NUM_DEVICES = 0x1162
-_CL_PROGRAM_DEVICES = 0x1163
-_CL_PROGRAM_BINARY_SIZES = 0x1165
-_CL_PROGRAM_BINARIES = 0x1166
-_opencl: object = None  # the loaded ICD loader (ctypes), False when none was found
-
-
-def _loader() -> ctypes.CDLL | None:
-    """The OpenCL ICD loader pyopencl itself loaded (read from this process's memory map)."""
-    global _opencl
-    if _opencl is None:
-        _opencl = False
-        try:
-            with open("/proc/self/maps", encoding="utf-8", errors="replace") as fh:
-                paths = [line.split(None, 5)[-1].strip() for line in fh if "libOpenCL" in line]
-            if paths:
-                lib = ctypes.CDLL(paths[0])
-                lib.clGetProgramInfo.argtypes = [ctypes.c_void_p, ctypes.c_uint, ctypes.c_size_t,
-                                                 ctypes.c_void_p, ctypes.c_void_p]
-                lib.clGetProgramInfo.restype = ctypes.c_int
-                _opencl = lib
-        except (OSError, AttributeError):
-            _opencl = False
-    return _opencl or None
-
-
-def read_binary(program: cl.Program, dev: cl.Device) -> bytes:
-    """The binary the driver built for ``dev``, read with ``clGetProgramInfo`` through ctypes,
-    which lets go of the GIL while the driver works (pyopencl's ``get_info`` holds it: on POCL
-    that is the machine code of every kernel). Falls back to pyopencl's readout."""
-    lib = _loader()
-    if lib is None:
-        return _pyopencl_binary(program, dev)
-    get = lib.clGetProgramInfo  # type: ignore[attr-defined]
-    handle = ctypes.c_void_p(program.int_ptr)
-    count = ctypes.c_uint()
-    if get(handle, _CL_PROGRAM_NUM_DEVICES, ctypes.sizeof(count), ctypes.byref(count), None):
-        return _pyopencl_binary(program, dev)
-    n = count.value
-    devs = (ctypes.c_void_p * n)()
-    sizes = (ctypes.c_size_t * n)()
-    if (get(handle, _CL_PROGRAM_DEVICES, ctypes.sizeof(devs), devs, None)
-            or get(handle, _CL_PROGRAM_BINARY_SIZES, ctypes.sizeof(sizes), sizes, None)):
-        return _pyopencl_binary(program, dev)
-    try:
-        index = [d or 0 for d in devs].index(dev.int_ptr)
-    except ValueError:
-        return _pyopencl_binary(program, dev)
-    buffers = [ctypes.create_string_buffer(max(s, 1)) for s in sizes]
-    pointers = (ctypes.c_void_p * n)(*[ctypes.addressof(b) for b in buffers])
-    if get(handle, _CL_PROGRAM_BINARIES, ctypes.sizeof(pointers), pointers, None):
-        return _pyopencl_binary(program, dev)
-    return buffers[index].raw[: sizes[index]]
-
-
-def _pyopencl_binary(program: cl.Program, dev: cl.Device) -> bytes:
-    devs = program.get_info(cl.program_info.DEVICES)
-    binaries = program.get_info(cl.program_info.BINARIES)
-    return bytes(binaries[devs.index(dev)])

@@ -42,8 +42,8 @@ def check_source(source: str | bytes) -> tuple[str, bytes]:
         raise ClmagicError(f"source holds a NUL character on line {line}")
     if not text.strip():
         raise ClmagicError("empty source: nothing to compile")
-    text = normalise_source(text)
-    return text, text.encode("utf-8")
+    normal = normalise_source(text)
+    return (text, src) if normal is text else (normal, normal.encode("utf-8"))
 
 
 def normalise_source(source: str) -> str:
@@ -51,14 +51,34 @@ def normalise_source(source: str) -> str:
 
     IPython does the same to a cell's blank lines, so the library and ``%%clkernel`` give the same
     key for the same text; the driver receives exactly the normalised text (line numbers and
-    meaning are unchanged; a backslash continuation still continues)."""
+    meaning are unchanged; a backslash continuation still continues). A source that is already
+    normal is returned as it is (the same object), found by a few scans rather than a split."""
+    if _is_normal(source):
+        return source
     return "\n".join(line.rstrip() for line in source.splitlines()) + "\n"
 
 
+#: ASCII characters that end a line for ``str.splitlines`` or are stripped by ``str.rstrip``,
+#: besides the space, the tab and ``\n`` (checked on their own, next to a ``\n``)
+_ODD = "\r\x0b\x0c\x1c\x1d\x1e\x1f"
+
+
+def _is_normal(source: str) -> bool:
+    """Whether :func:`normalise_source` would return ``source`` unchanged: ASCII, ending with
+    ``\n``, no space or tab before a ``\n``, no other line break or whitespace control."""
+    return (source.endswith("\n") and source.isascii() and " \n" not in source
+            and "\t\n" not in source and not any(c in source for c in _ODD))
+
+
 def preview(source: str, width: int = 60) -> str:
-    """The first line of code (not a comment or directive), cut to ``width``."""
-    for line in source.splitlines():
-        line = line.strip()
+    """The first line of code (not a comment or directive), cut to ``width``; reads only as
+    far as that line (a source is normalised: its lines end with ``\\n`` alone)."""
+    start, end = 0, len(source)
+    while start < end:
+        stop = source.find("\n", start)
+        stop = end if stop < 0 else stop
+        line = source[start:stop].strip()
         if line and not line.startswith(("//", "/*", "*", "#")):
             return line[:width]
+        start = stop + 1
     return source.strip()[:width]

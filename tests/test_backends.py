@@ -185,6 +185,7 @@ def test_redis_layout_index_and_ttl(tmp_path, pocl, redis_server):
     redis_server.client.flushall()
     comp = _compiler(pocl, redis_server.url, ttl=600)
     r = comp.build(SAXPY)
+    comp.flush()  # the save runs in the background
     name = f"clmagic:v1:{r.device.fingerprint}:{r.key}"
     c = redis_server.client
     assert set(c.hkeys(name)) == {b"meta", b"binary", b"hits", b"last_used"}

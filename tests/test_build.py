@@ -58,6 +58,7 @@ def test_two_processes_miss_then_hit_with_correct_results(cache_dir, pocl):
 
 def test_same_process_rerun_is_a_memory_hit(compiler, cache_dir):
     first = compiler.build(SAXPY)
+    compiler.flush()  # the save runs in the background
     files = sorted(cache_dir.rglob("*.clbin"))
     mtimes = [f.stat().st_mtime_ns for f in files]
     again = compiler.build(SAXPY)
@@ -88,6 +89,7 @@ def test_switching_device_pocl_oclgrind_is_a_miss_with_its_own_folder(compiler, 
                                                                        pocl, oclgrind):
     a = compiler.build(SAXPY, device=pocl)
     b = compiler.build(SAXPY, device=oclgrind)
+    compiler.flush()  # saves run in the background
     assert (a.outcome, b.outcome) == ("MISS", "MISS")
     assert a.key != b.key and a.device.fingerprint != b.device.fingerprint
     folders = sorted(p.name for p in cache_dir.iterdir() if p.name != "stats")
@@ -134,6 +136,7 @@ def test_key_is_sha256_over_the_documented_fields(compiler):
 
 def test_entry_file_is_self_describing_and_private(compiler, cache_dir):
     r = compiler.build(SAXPY, "-O3")
+    compiler.flush()  # the save runs in the background
     path = cache_dir / r.device.fingerprint / f"{r.key}.clbin"
     data = path.read_bytes()
     assert data.startswith(MAGIC)
@@ -152,6 +155,7 @@ def test_entry_file_is_self_describing_and_private(compiler, cache_dir):
 
 def test_flipped_binary_byte_is_caught_before_the_driver_and_rebuilt(compiler, cache_dir, capsys):
     r = compiler.build(SAXPY)
+    compiler.flush()  # the save runs in the background
     path = cache_dir / r.device.fingerprint / f"{r.key}.clbin"
     data = bytearray(path.read_bytes())
     data[len(data) // 2] ^= 0xFF

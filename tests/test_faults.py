@@ -248,6 +248,7 @@ def test_a_binary_the_driver_refuses_is_corrupt(store_factory, tmp_path, pocl, o
     foreign = Compiler(_settings(location, pocl), store=store).build(SRC)
     settings = _settings(location, oclgrind)
     mine = Compiler(settings, store=store).build(SRC)
+    assert foreign.saved and mine.saved  # (waits for the background saves)
     fp, key = mine.device.fingerprint, mine.key
     meta = {k: v for k, v in store.get(fp, key).meta.to_json().items()
             if k not in ("key", "fingerprint", "binary_bytes", "binary_sha256")}
@@ -256,7 +257,7 @@ def test_a_binary_the_driver_refuses_is_corrupt(store_factory, tmp_path, pocl, o
     capsys.readouterr()
     c = Compiler(settings, store=store_factory.reopen(location))
     r = c.build(SRC)
-    assert r.outcome == Outcome.CORRUPT and check(r)
+    assert r.outcome == Outcome.CORRUPT and check(r) and r.saved
     (warning,) = _warnings(capsys.readouterr().err)
     assert "driver refused" in warning
     assert store.get(fp, key).binary != pocl_binary
@@ -268,6 +269,7 @@ def test_read_only_cache_serves_hits_stores_nothing_says_so_once(tmp_path, pocl)
         pytest.skip("running as root without CAP_SETPCAP: cannot make a folder read-only")
     cache = tmp_path / "cache"
     first = Compiler(_settings(str(cache), pocl)).build(SRC)
+    assert first.saved  # (waits for the background save)
     for folder in (cache / first.device.fingerprint, cache):
         folder.chmod(0o500)
     before = sorted(cache.rglob("*"))

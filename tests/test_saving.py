@@ -1,0 +1,170 @@
+"""A MISS's binary readout and save run in the background (clmagic/saving.py): nothing is lost
+(the save completes before the same key is looked up again, before the store is read, before a
+normal exit), a dying process leaves no half-written entry, the GIL-free readout gives the
+driver's own binary, and the source fast path normalises exactly as the split does."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pyopencl as cl
+from conftest import SAXPY, child_env, last_json, run_child
+
+import clmagic
+from clmagic import driver
+from clmagic.records import Outcome
+from clmagic.saving import Saver
+from clmagic.source import normalise_source
+from clmagic.store import DirectoryStore
+
+
+def _entries(cache_dir) -> list[str]:
+    return sorted(p.name for p in cache_dir.rglob("*") if p.is_file())
+
+
+def test_a_miss_returns_before_its_save_and_the_save_lands(compiler, cache_dir, pocl):
+    r = compiler.build(SAXPY)
+    assert r.outcome == Outcome.MISS and r.latest.note in ("saving", "saved")
+    assert r.saved and r.note == "saved"  # these wait for the save
+    assert r.latest.note == "saved" and compiler.history.records[-1].saved_to_store
+    assert _entries(cache_dir) == [f"{r.key}.clbin"]
+    assert compiler.history.tally["SAVE"] == 1
+    fresh = clmagic.Compiler(compiler.settings)  # another compiler: the entry is there to hit
+    assert fresh.build(SAXPY).outcome == Outcome.HIT
+
+
+def test_the_same_key_looked_up_again_waits_for_its_save(compiler, pocl):
+    """A lookup right after the MISS (memory forgotten) finds the entry, never a second MISS."""
+    for n in range(3):
+        src = SAXPY + f"// variant {n}\n"
+        first = compiler.build(src)
+        compiler.forget()
+        again = compiler.build(src)
+        assert (first.outcome, again.outcome) == (Outcome.MISS, Outcome.HIT)
+
+
+def test_reading_the_store_waits_for_pending_saves(compiler, cache_dir, pocl):
+    keys = {compiler.build(SAXPY + f"// n{n}\n").key for n in range(3)}
+    assert {e.key for e in compiler.store.entries()} == keys  # .store flushes first
+
+
+def test_a_normal_exit_completes_pending_saves(cache_dir, pocl):
+    """The child exits at once after its MISSes; atexit finishes the saves."""
+    code = (
+        "import json, clmagic\n"
+        "c = clmagic.Compiler()\n"
+        f"src = {SAXPY!r}\n"
+        "keys = [c.build(src + f'// {n}\\n').key for n in range(4)]\n"
+        "print(json.dumps({'keys': keys, 'busy': c._saver.busy}))\n"
+    )
+    out = last_json(run_child(code, CLMAGIC_CACHE_DIR=str(cache_dir), CLMAGIC_DEVICE=pocl))
+    assert sorted(f"{k}.clbin" for k in out["keys"]) == [
+        n for n in _entries(cache_dir) if n.endswith(".clbin")]
+
+
+def test_a_process_killed_mid_save_leaves_no_half_entry(cache_dir, pocl):
+    """SIGKILL while saves of a large program run: every entry left loads (temp + rename)."""
+    body = "".join(f"__kernel void k{i}(__global float *a) {{ a[{i}] = sin(a[{i}]) * {i}; }}\n"
+                   for i in range(150))
+    code = (
+        "import sys, clmagic\n"
+        "c = clmagic.Compiler()\n"
+        f"body = {body!r}\n"
+        "for n in range(50):\n"
+        "    c.build(body + f'// {n}\\n')\n"
+        "    print('built', flush=True)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
+                            env=child_env(CLMAGIC_CACHE_DIR=str(cache_dir), CLMAGIC_DEVICE=pocl))
+    assert proc.stdout is not None
+    for _ in range(2):
+        assert proc.stdout.readline().startswith("built")
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    store = DirectoryStore(cache_dir)
+    info = clmagic.resolve_device(pocl)[0]
+    compiler = clmagic.Compiler(store=store)
+    for path in cache_dir.rglob("*.clbin"):
+        entry = store.get(info.fingerprint, path.stem)  # raises CorruptEntry on a torn file
+        assert entry is not None and entry.binary
+    assert compiler.build(body + "// 0\n", device=pocl).outcome in (Outcome.HIT, Outcome.MISS)
+
+
+def test_the_readout_without_the_gil_is_the_drivers_binary(pocl):
+    info, dev = clmagic.resolve_device(pocl)
+    ctx = cl.Context([dev])
+    built = driver.from_source(ctx, [dev], SAXPY, "")
+    ours = driver.binary_of(built.program, dev)
+    theirs = driver._pyopencl_binary(built.program, dev)
+    assert ours == theirs and len(ours) > 100
+    loaded = driver.from_binaries(ctx, [dev], [ours], "")
+    assert sorted(loaded.kernels) == ["saxpy", "scale"]
+
+
+def test_the_readout_lets_other_threads_run(pocl):
+    """While POCL generates machine code for the binary, the calling thread does not hold the
+    GIL: another thread keeps running."""
+    info, dev = clmagic.resolve_device(pocl)
+    ctx = cl.Context([dev])
+    body = "".join(f"__kernel void k{i}(__global float *a) {{ a[{i}] = sin(a[{i}]) * {i}; }}\n"
+                   for i in range(64))
+    built = driver.from_source(ctx, [dev], body, "")
+    done = threading.Event()
+    ticks = 0
+
+    def read() -> None:
+        driver.binary_of(built.program, dev)
+        done.set()
+
+    threading.Thread(target=read).start()
+    while not done.is_set():
+        ticks += 1
+        time.sleep(0.001)
+    assert ticks > 5
+
+
+def test_a_failing_save_is_reported_and_nobody_hangs(compiler, pocl, monkeypatch):
+    def broken(entry):
+        raise OSError("disk on fire")
+
+    monkeypatch.setattr(compiler._store, "put", broken)
+    r = compiler.build(SAXPY)
+    assert not r.saved and "disk on fire" in r.note
+    assert not compiler.history.records[-1].saved_to_store
+
+
+def test_saver_runs_jobs_in_order_and_waits_by_tag():
+    saver = Saver()
+    seen: list[int] = []
+    gate = threading.Event()
+    saver.submit("a", lambda: (gate.wait(5), seen.append(1)))
+    saver.submit("b", lambda: seen.append(2))
+    assert saver.pending("a") and saver.pending("b")
+    gate.set()
+    saver.wait("b")
+    assert seen == [1, 2] and not saver.pending("a") and saver.busy == 0
+    saver.submit(None, lambda: 1 / 0)  # a failing job does not stop the worker
+    saver.submit("c", lambda: seen.append(3))
+    saver.flush()
+    assert seen == [1, 2, 3]
+
+
+def _split(source: str) -> str:
+    return "\n".join(line.rstrip() for line in source.splitlines()) + "\n"
+
+
+def test_normalise_fast_path_agrees_with_the_split():
+    rng = random.Random(15)
+    alphabet = "ab \t\n\r\x0b\x0c\x1c\x1d\x1e\x1f\x85\u2028\u2029\xa0\u3000;{}"
+    for _ in range(50_000):
+        s = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 14)))
+        assert normalise_source(s) == _split(s), repr(s)
+    normal = "__kernel void k(__global int *a)\n{\n    a[0] = 1;\n}\n"
+    assert normalise_source(normal) is normal
+
