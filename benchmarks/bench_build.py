@@ -45,8 +45,11 @@ def _ms(t0: float) -> float:
 
 
 def _unique(source: str, rep: int) -> str:
-    """The source made unique per repeat; ends with a newline as a %%clkernel cell body does."""
-    return f"// clmagic-bench rep {rep}\n{source.rstrip()}\n"
+    """The source made unique per repeat and per run, in its code (a comment alone would be
+    REKEYED, and a driver cache that is on could know it from an earlier run); ends with a
+    newline as a %%clkernel cell body does."""
+    run = os.environ.get("CLMAGIC_BENCH_RUN", "0")
+    return f"#define CLMAGIC_BENCH_{run}_{rep} 1\n{source.rstrip()}\n"
 
 
 def _device(spec):
@@ -318,6 +321,7 @@ def main(argv=None) -> int:
     from report_build import summarise, write_results
 
     work = Path(tempfile.mkdtemp(prefix="clmagic-bench-"))
+    os.environ["CLMAGIC_BENCH_RUN"] = f"{os.getpid()}_{int(time.time())}"  # for the children
     warm_env = {"POCL_KERNEL_CACHE": "1", "CUDA_CACHE_DISABLE": "0"}
     t0 = time.perf_counter()
     ours = COLD_ENV if args.driver_cache == "off" else warm_env

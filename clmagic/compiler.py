@@ -273,6 +273,7 @@ class Compiler:
         """REKEYED: the binary of a stored entry of the same code, loaded (not built) and saved
         under this trip's key too; ``None`` when the store has none that the driver takes."""
         store = self._store
+        wait_everywhere((trip.info.fingerprint, "code", code))  # its save may be under way
         try:
             entry = None if store is None else store.find_code(trip.info.fingerprint, code)
             if store is None or entry is None or entry.binary is None:
@@ -350,7 +351,9 @@ class Compiler:
                         self._history.settle(kept, saved, note)
                 pending.settle(dataclasses.replace(rec, saved_to_store=saved, note=note))
 
-        self._saver.submit((rec.fingerprint, rec.key), job)
+        # tagged by key, and by code key: a REKEYED lookup of the same code waits for it too
+        code = (rec.fingerprint, "code", rec.code_key) if rec.code_key else None
+        self._saver.submit((rec.fingerprint, rec.key), job, code)
         return pending
 
     def build_program(self, context: cl.Context, source: str | bytes,

@@ -60,19 +60,21 @@ class Saver:
 
     def __init__(self) -> None:
         self._cond = threading.Condition()
-        self._jobs: deque[tuple[Hashable, Callable[[], object]]] = deque()
+        self._jobs: deque[tuple[tuple[Hashable, ...], Callable[[], object]]] = deque()
         self._pending: dict[Hashable, int] = {}
         self._busy = 0  # jobs queued or running
         self._thread: threading.Thread | None = None
         _SAVERS.add(self)
 
-    def submit(self, tag: Hashable, job: Callable[[], object]) -> None:
-        """Run ``job()`` on the worker thread; ``tag`` (``None``: untagged) is pending until then."""
+    def submit(self, tag: Hashable, job: Callable[[], object], *more: Hashable) -> None:
+        """Run ``job()`` on the worker thread; ``tag`` (``None``: untagged) and the ``more``
+        tags are pending until then."""
+        tags = tuple(t for t in (tag, *more) if t is not None)
         with self._cond:
-            self._jobs.append((tag, job))
+            self._jobs.append((tags, job))
             self._busy += 1
-            if tag is not None:
-                self._pending[tag] = self._pending.get(tag, 0) + 1
+            for t in tags:
+                self._pending[t] = self._pending.get(t, 0) + 1
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, name="clmagic-saver",
                                                 daemon=True)
@@ -114,7 +116,7 @@ class Saver:
             with self._cond:
                 while not self._jobs:
                     self._cond.wait()
-                tag, job = self._jobs.popleft()
+                tags, job = self._jobs.popleft()
             try:
                 job()
             except Exception as exc:  # a save that fails is reported, never fatal
@@ -122,7 +124,7 @@ class Saver:
             finally:
                 with self._cond:
                     self._busy -= 1
-                    if tag is not None:
+                    for tag in tags:
                         left = self._pending[tag] - 1
                         if left:
                             self._pending[tag] = left

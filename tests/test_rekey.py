@@ -134,13 +134,14 @@ def test_rekey_in_every_backend(store_factory, tmp_path, pocl):
 
 def test_a_damaged_original_or_a_stale_index_is_a_build(compiler, cache_dir):
     first = compiler.build(SAXPY)
+    compiler.flush()  # the save runs in the background
     path = cache_dir / first.device.fingerprint / f"{first.key}.clbin"
     data = bytearray(path.read_bytes())
     data[-40] ^= 0xFF  # the binary no longer matches its checksum
     path.write_bytes(bytes(data))
     fresh = Compiler(compiler.settings)
     r = fresh.build(EDITED)
-    assert r.outcome == Outcome.MISS and _saxpy(r)
+    assert r.outcome == Outcome.MISS and _saxpy(r) and r.saved
     path.unlink()  # the code index now names the edited entry; remove that one too
     (cache_dir / r.device.fingerprint / f"{r.key}.clbin").unlink()
     assert Compiler(compiler.settings).build(SAXPY).outcome == Outcome.MISS
@@ -149,6 +150,7 @@ def test_a_damaged_original_or_a_stale_index_is_a_build(compiler, cache_dir):
 def test_rekeyed_appears_in_stats_history_trace_and_plot(compiler, capsys):
     compiler.history.debug = True
     compiler.build(SAXPY)
+    compiler.flush()  # the original's save is in (as before the next cell): a REKEYED loads it
     compiler.build(EDITED)
     err = capsys.readouterr().err
     assert "clmagic: REKEYED" in err and "rekeyed 1" in err and "same code as" in err

@@ -25,7 +25,7 @@ from clmagic.store import DirectoryStore
 
 
 def _entries(cache_dir) -> list[str]:
-    return sorted(p.name for p in cache_dir.rglob("*") if p.is_file())
+    return sorted(p.name for p in cache_dir.rglob("*.clbin"))
 
 
 def test_a_miss_returns_before_its_save_and_the_save_lands(compiler, cache_dir, pocl):
@@ -42,7 +42,7 @@ def test_a_miss_returns_before_its_save_and_the_save_lands(compiler, cache_dir, 
 def test_the_same_key_looked_up_again_waits_for_its_save(compiler, pocl):
     """A lookup right after the MISS (memory forgotten) finds the entry, never a second MISS."""
     for n in range(3):
-        src = SAXPY + f"// variant {n}\n"
+        src = SAXPY + f"#define VARIANT {n}\n"
         first = compiler.build(src)
         compiler.forget()
         again = compiler.build(src)
