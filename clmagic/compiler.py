@@ -327,7 +327,8 @@ class Compiler:
         if self._history.active:  # CLMAGIC_RECORD=off without debug: nothing to keep or print
             with self._lock:
                 kept = self._history.add(rec)
-        self.counters.add(rec.fingerprint, outcome, 1, rec.saved_ms)
+        if not save:
+            self.counters.add(rec.fingerprint, outcome, 1, rec.saved_ms)
         pending = self._save_later(rec, kept, built.program, trip.dev) if save else None
         return BuildResult(built.program, built.kernels, trip.ctx, trip.queue, trip.prep.opts,
                            rec, pending)
@@ -349,6 +350,9 @@ class Compiler:
                 if kept is not None:
                     with self._lock:
                         self._history.settle(kept, saved, note)
+                # counted once saved: a directory store's folder (and its counters) is made by
+                # its first save
+                self.counters.add(rec.fingerprint, rec.outcome, 1, rec.saved_ms)
                 pending.settle(dataclasses.replace(rec, saved_to_store=saved, note=note))
 
         # tagged by key, and by code key: a REKEYED lookup of the same code waits for it too
