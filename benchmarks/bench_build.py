@@ -31,6 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import zlib
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -49,7 +50,10 @@ def _unique(source: str, rep: int) -> str:
     REKEYED, and a driver cache that is on could know it from an earlier run); ends with a
     newline as a %%clkernel cell body does."""
     run = os.environ.get("CLMAGIC_BENCH_RUN", "0")
-    return f"#define CLMAGIC_BENCH_{run}_{rep} 1\n{source.rstrip()}\n"
+    # the source's own checksum too: two generated sources that differ in comments only would
+    # otherwise be one code (REKEYED, not the MISS measured)
+    tag = f"{run}_{rep}_{zlib.crc32(source.encode())}"
+    return f"#define CLMAGIC_BENCH_{tag} 1\n{source.rstrip()}\n"
 
 
 def _device(spec):
@@ -147,8 +151,11 @@ def role_cold_miss(args, work: Path) -> dict:
                 else:
                     t0 = time.perf_counter()  # as the user waits: the save may be pending
                     r = compiler.build(src, k["options"], info)
-                    rec["miss"].append(_ms(t0))
-                    assert r.outcome == "MISS", r.outcome
+                    ms = _ms(t0)
+                    if r.outcome != "MISS":  # not what is measured here: say so, go on
+                        print(f"{k['name']}: {r.outcome}, not MISS", file=sys.stderr)
+                        continue
+                    rec["miss"].append(ms)
                     if launch:  # the first launch, while clmagic reads out and saves
                         rec["launch_miss"].append(launch(r.kernels["k0"]))
                     flush()  # untimed: the next timing does not share the CPU with this save
