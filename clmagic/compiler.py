@@ -3,13 +3,13 @@
 One :class:`~clmagic.records.Record` per trip and device: the history keeps it, the result under
 the cell shows it, and a saved entry is made from it (:meth:`Record.entry`). :meth:`Compiler.build`
 builds a cell's source for one device and makes its kernels; :meth:`Compiler.build_program` builds
-in a caller's context for its devices, making no kernels (what :mod:`clmagic.hook` needs).
+in a caller's context for its devices, making no kernels (:mod:`clmagic.programs`, what
+:mod:`clmagic.hook` needs); the first step, the key, is :mod:`clmagic.prepare`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import os
 import threading
 import time
 from collections import OrderedDict
@@ -19,53 +19,38 @@ from dataclasses import dataclass
 import pyopencl as cl
 
 from . import devices as _devices
-from . import driver
+from . import driver, programs
 from .config import Settings, warn_once
 from .devices import DeviceInfo
 from .entry import Entry
 from .errors import BuildError, ClmagicError, CorruptEntry, DeviceError
-from .includes import Unkeyable, find_headers, strip_comments
-from .key import CodeKey, cache_key, code_key_of
+from .includes import strip_comments
+from .key import CodeKey, code_key_of
 from .lifetime import Counters
-from .options import BuildOptions, parse_options
+from .options import BuildOptions
+from .prepare import Options, Prepared, prepare
+from .programs import served_from as _served_from
 from .records import History, Outcome, Record
 from .results import BuildResult, ProgramBuild
 from .saving import Pending, Saver, flush_all, wait_everywhere
-from .source import MAX_SOURCE, check_source, normalise_source, preview
+from .source import MAX_SOURCE, normalise_source
 from .store import Store, store_for
 
 __all__ = ["Compiler", "BuildResult", "ProgramBuild", "MAX_SOURCE", "normalise_source"]
+
 
 class _Default:
     """The store the settings ask for (the default of ``Compiler(store=...)``)."""
 
 
 _DEFAULT_STORE = _Default()
-_PREPARED_MAX = 512
-#: build options as callers give them (``BuildOptions``: already exact, from the pyopencl hook)
-_Options = str | Iterable[str] | BuildOptions | None
-_PROGRAMS_MAX = 256
-
-
-@dataclass(frozen=True)
-class _Prepared:
-    """What a source and its options become for one device before any cache is asked
-    (remembered per source, options and device when nothing is included)."""
-
-    source: str
-    src: bytes
-    opts: BuildOptions
-    key: str
-    headers: tuple[str, ...]
-    preview: str
-    unkeyable: str  # why the cache must be bypassed (includes past what a key covers), or ""
 
 
 @dataclass(frozen=True)
 class _Trip:
     """One :meth:`Compiler.build` under way: the prepared source and its device."""
 
-    prep: _Prepared
+    prep: Prepared
     info: DeviceInfo
     dev: cl.Device
     ctx: cl.Context
@@ -105,7 +90,7 @@ class Compiler:
         self.store = store_for(self.settings) if isinstance(store, _Default) else store
         self._history = History(debug=self.settings.debug, level=self.settings.record)
         self.device_spec: str | None = self.settings.device
-        self._prepared: dict[tuple[object, ...], _Prepared] = {}
+        self._prepared: dict[tuple[object, ...], Prepared] = {}
 
     @property
     def store(self) -> Store | None:
@@ -228,7 +213,7 @@ class Compiler:
         note = f"not cached: {why}" if why else "cache bypassed"
         return self._finish(trip, Outcome.BYPASS, built, note=note)
 
-    def _start(self, source: str | bytes, options: _Options, device: object,
+    def _start(self, source: str | bytes, options: Options, device: object,
                context: cl.Context | None, line_offset: int) -> _Trip:
         """The device (or the caller's single-device context), its context and queue, and the
         prepared source; the trip's clock starts after the one-time context creation."""
@@ -299,7 +284,7 @@ class Compiler:
             self._failed([trip.info], trip.prep, trip.t0, exc)
             raise
 
-    def _failed(self, infos: list[DeviceInfo], prep: _Prepared, t0: float, exc: BuildError,
+    def _failed(self, infos: list[DeviceInfo], prep: Prepared, t0: float, exc: BuildError,
                 origin: str = "cell") -> None:
         """FAILED records (one per device) for a build the driver refused: its first error line
         as the note, its log as the build log."""
@@ -365,112 +350,16 @@ class Compiler:
                       devices: Sequence[cl.Device] | None = None, *,
                       origin: str = "cell") -> ProgramBuild:
         """Build ``source`` in the caller's ``context`` for ``devices`` (default: all of the
-        context's), through the caches, making no kernels: what :mod:`clmagic.hook` needs.
-
-        One key and one entry per device: when every device's entry loads, the program is made
-        from their binaries (HIT); otherwise it is built from source for all of them and each
-        missing device's binary is saved. One record per device, marked with ``origin``.
-        Raises :class:`BuildError` / :class:`ClmagicError` as :meth:`build` does.
-        """
-        devs = list(devices) if devices else list(context.devices)
-        infos = [_devices.identity(d) for d in devs]
-        t0 = time.perf_counter()
-        preps = [self._prepare(source, options, i) for i in infos]
-        label = infos[0].label
-
-        def finish(outcome: str, built: driver.Built, missing: Sequence[int] = (),
-                   saves: Sequence[tuple[int, tuple[bool, str]]] = (), note: str = ""
-                   ) -> ProgramBuild:
-            # ``outcome`` is every device's, or, when ``missing`` is given, that of the missing
-            # devices (the others were rebuilt along with them)
-            done = dict(saves)
-            recs = [self._record(info, prep, t0,
-                                 outcome if not missing or i in missing else Outcome.MISS, built,
-                                 saved=done.get(i, (False, ""))[0],
-                                 note=done.get(i, (False, note))[1], origin=origin)
-                    for i, (info, prep) in enumerate(zip(infos, preps))]
-            if self._history.active:
-                with self._lock:
-                    for rec in recs:
-                        self._history.add(rec)
-            for rec in recs:
-                self.counters.add(rec.fingerprint, rec.outcome, 1, rec.saved_ms)
-            return ProgramBuild(built.program, outcome, recs, built.log)
-
-        def compile_all() -> driver.Built:
-            try:
-                return self._compile(context, devs, label, preps[0], kernels=False)
-            except BuildError as exc:
-                self._failed(infos, preps[0], t0, exc, origin)
-                raise
-
-        if preps[0].unkeyable:
-            warn_once(f"not cached: {preps[0].unkeyable}")
-            built = compile_all()
-            return finish(Outcome.BYPASS, built, note=f"not cached: {preps[0].unkeyable}")
-        keys = tuple((i.fingerprint, p.key) for i, p in zip(infos, preps))
-        mem = self._programs.get(keys)
-        if (mem is not None and mem.context == context  # and for these very devices (twins
-                and mem.program.get_info(cl.program_info.DEVICES) == devs):  # share a key)
-            return finish(Outcome.MEMORY, mem, note="memory")
-
-        found = [self._lookup(i, p.key) for i, p in zip(infos, preps)]
-        corrupt = any(c for _, c in found)
-        entries = [e for e, _ in found if e is not None]
-        if len(entries) == len(devs):
-            try:
-                built = self._load(context, devs, entries, preps[0].opts, kernels=False)
-            except CorruptEntry as exc:
-                corrupt = any([self._damaged(i, p.key, exc) for i, p in zip(infos, preps)])
-            else:
-                self._remember(keys, built)
-                for fp, key in keys:
-                    self._count_hit(fp, key)
-                return finish(Outcome.HIT, built, note=_served_from(entries[0], self._store))
-
-        built = compile_all()
-        self._remember(keys, built)
-        missing = [i for i, (e, _) in enumerate(found) if e is None or corrupt]
-        outcome = Outcome.CORRUPT if corrupt else Outcome.MISS
-        saves = [(i, self._save(self._record(infos[i], preps[i], t0, outcome, built,
-                                             origin=origin, log=driver.build_log(built.program,
-                                                                                 devs[i])),
-                                built.program, devs[i]))
-                 for i in missing]
-        return finish(outcome, built, missing, saves, note="built with the other devices")
+        context's), through the caches, making no kernels: what :mod:`clmagic.hook` needs
+        (see :func:`clmagic.programs.build_program`)."""
+        return programs.build_program(self, context, source, options, devices, origin=origin)
 
     # -- the steps ------------------------------------------------------------------------------
 
-    def _prepare(self, source: str | bytes, options: _Options, info: DeviceInfo) -> _Prepared:
-        """Check and normalise the source, parse the options, find headers, hash the key.
-
-        Remembered for sources that include nothing, whose key depends on the arguments alone
-        (a re-run cell then costs a dict lookup: 0.36 ms → µs on the H200 host for silx code).
-        """
-        if not isinstance(options, str | None | BuildOptions):
-            options = tuple(options)  # hashable, and a generator is read once
-        if isinstance(source, bytearray | memoryview):
-            source = bytes(source)
-        memo: tuple[object, ...] = (source, options, info.fingerprint)
-        prepared = self._prepared.get(memo)
-        if prepared is not None:
-            return prepared
-        text, src = check_source(source)
-        opts = parse_options(options)
-        try:
-            headers = find_headers(text, opts.include_dirs, os.getcwd())
-            unkeyable = ""
-        except Unkeyable as exc:
-            headers, unkeyable = [], str(exc)
-        key = cache_key(src, opts.effective, info, headers)
-        prepared = _Prepared(text, src, opts, key, tuple(name for name, _ in headers),
-                             preview(text), unkeyable)
-        if "include" not in text:
-            with self._lock:
-                if len(self._prepared) >= _PREPARED_MAX:
-                    self._prepared.pop(next(iter(self._prepared)))
-                self._prepared[memo] = prepared
-        return prepared
+    def _prepare(self, source: str | bytes, options: Options, info: DeviceInfo) -> Prepared:
+        """The source checked, its options parsed, headers found, key hashed (remembered for
+        sources that include nothing: :func:`clmagic.prepare.prepare`)."""
+        return prepare(source, options, info, self._prepared, self._lock)
 
     @property
     def counters(self) -> Counters:
@@ -484,12 +373,6 @@ class Compiler:
             self._memory.move_to_end(memo)
             while len(self._memory) > max(self.memory_max, 1):
                 self._memory.popitem(last=False)
-
-    def _remember(self, keys: tuple[tuple[str, str], ...], built: driver.Built) -> None:
-        with self._lock:
-            if len(self._programs) >= _PROGRAMS_MAX:
-                self._programs.pop(next(iter(self._programs)))
-            self._programs[keys] = built
 
     def _lookup(self, info: DeviceInfo, key: str) -> tuple[Entry | None, bool]:
         """The stored entry of ``key`` (``None`` when there is none) and whether a damaged one
@@ -510,7 +393,7 @@ class Compiler:
             self._store.delete(info.fingerprint, key)
         return True
 
-    def _compile(self, ctx: cl.Context, devs: list[cl.Device], label: str, prep: _Prepared,
+    def _compile(self, ctx: cl.Context, devs: list[cl.Device], label: str, prep: Prepared,
                  line_offset: int = 0, kernels: bool = True) -> driver.Built:
         """Build from source for ``devs`` in one driver call."""
         if not strip_comments(prep.source).strip():  # checked here: a cached source has code
@@ -534,7 +417,7 @@ class Compiler:
                                    log=entries[0].meta.build_log,
                                    log_from=entries[0].meta.rekeyed_from)
 
-    def _record(self, info: DeviceInfo, prep: _Prepared, t0: float, outcome: str,
+    def _record(self, info: DeviceInfo, prep: Prepared, t0: float, outcome: str,
                 built: driver.Built, *, saved: bool = False, note: str = "",
                 origin: str = "cell", log: str | None = None,
                 code_key: str | None = None) -> Record:
@@ -572,6 +455,3 @@ class Compiler:
         except Exception as exc:  # use counts are advisory; never fail a build over them
             warn_once(f"cache {store!r} could not count a hit ({exc})")
 
-
-def _served_from(entry: Entry, store: Store | None) -> str:
-    return f"from {entry.usage.store or (store.kind if store else '')} cache"
