@@ -54,6 +54,14 @@ def test_comment_and_spacing_edit_is_rekeyed_loaded_and_saved(compiler, settings
     assert stored.meta.code_key == r.record.code_key and stored.meta.rekeyed_from == first.key
 
 
+def test_a_rekey_is_counted_in_the_lifetime_statistics(compiler, settings):
+    compiler.build(SAXPY)
+    r = compiler.build(EDITED)
+    assert r.outcome == Outcome.REKEYED
+    life = clmagic.stats(Compiler(settings)).lifetime  # as another process reads the store
+    assert life is not None and (life["REKEYED"], life["MISS"], life["HIT"]) == (1, 1, 0)
+
+
 def test_rekeying_a_rekeyed_entry_points_at_the_first_build(compiler):
     first = compiler.build(SAXPY)
     second = compiler.build(EDITED)

@@ -179,6 +179,47 @@ def test_find_code_after_delete_and_clear_is_none(store_factory, tmp_path):
     assert store.find_code(FP, CODE2).key == _coded(5, CODE2).key
 
 
+def _indexed(store: object, code: str, fingerprint: str = FP) -> bool:
+    """Whether the backend still holds a code index for ``code`` (its file, row or string)."""
+    from clmagic.store import DirectoryStore, LayeredStore, RedisStore, SQLiteStore
+
+    if isinstance(store, LayeredStore):
+        return _indexed(store.local, code, fingerprint) or _indexed(store.remote, code, fingerprint)
+    if isinstance(store, DirectoryStore):
+        return (store.root / fingerprint / f"{code}.code").exists()
+    if isinstance(store, SQLiteStore):
+        return bool(store._query("SELECT count(*) FROM code_keys WHERE fingerprint = ? AND "
+                                 "code_key = ?", (fingerprint, code))[0][0])
+    assert isinstance(store, RedisStore)
+    return bool(store.client.exists(store._code(fingerprint, code)))
+
+
+def test_a_deleted_entry_takes_its_code_index_along_not_a_newer_ones(store_factory, tmp_path):
+    store, _ = store_factory(tmp_path)
+    a, b, c = _coded(1, CODE), _coded(2, CODE2), _coded(3, CODE2)
+    store.put_many([a, b])
+    assert _indexed(store, CODE) and _indexed(store, CODE2)
+    assert store.delete(FP, a.key)
+    assert not _indexed(store, CODE) and _indexed(store, CODE2)
+    store.put(c)  # the index of CODE2 now names c: deleting b leaves it
+    assert store.delete(FP, b.key)
+    assert _indexed(store, CODE2) and store.find_code(FP, CODE2).key == c.key
+    assert store.delete(FP, c.key) and not _indexed(store, CODE2)
+
+
+def test_an_evicted_entry_takes_its_code_index_along(store_factory, tmp_path):
+    store, _ = store_factory(tmp_path)
+    evicting = getattr(store, "local", store)  # a layered store evicts its local copy
+    old, new = _coded(1, CODE), _coded(2, CODE2)
+    store.put_many([old, new])
+    uses = evicting.usage_list()
+    total = sum(u.size for u in uses)
+    gone = evicting.evict(total - 1, uses=[u._replace(last_used=float(u.key != old.key))
+                                           for u in uses])
+    assert [u.key for u in gone] == [old.key]
+    assert not _indexed(evicting, CODE) and _indexed(evicting, CODE2)
+
+
 @pytest.mark.parametrize("bad", ["", "C" * 64, "../" + "c" * 61, "c" * 63, "c" * 65])
 def test_find_code_refuses_names_the_cache_never_files(store_factory, tmp_path, bad):
     store, _ = store_factory(tmp_path)

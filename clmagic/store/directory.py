@@ -395,10 +395,12 @@ class DirectoryStore(Store):
                 st = path.lstat()
                 if (st.st_ino, st.st_mtime_ns) != v.token:
                     continue
+                index = self._code_index(path, v.key)
                 path.unlink()
             except OSError:
                 continue  # already gone (another process evicted it too): not counted twice
             self._drop_hits(path)
+            self._drop_code(index)
             gone.append(v)
         return gone
 
@@ -433,14 +435,35 @@ class DirectoryStore(Store):
     def delete(self, fingerprint: str, key: str) -> bool:
         path = self._path(fingerprint, key)
         self._drop_hits(path)
+        index = self._code_index(path, key)
         try:
             if path.is_dir() and not path.is_symlink():
                 shutil.rmtree(path)
             else:
                 path.unlink()
-            return True
         except OSError:
             return False
+        self._drop_code(index)
+        return True
+
+    @staticmethod
+    def _code_index(path: Path, key: str) -> Path | None:
+        """The code index naming the entry at ``path`` (its metadata says which, read before the
+        entry goes), or ``None``: an index that names a newer entry of the code is kept."""
+        meta, _ = _read_entry_meta(str(path))
+        if meta is None or not valid_name(path.parent.name, meta.code_key):
+            return None
+        index = path.with_name(meta.code_key + CODE_SUFFIX)
+        return index if _index_size(str(index), key) else None
+
+    @staticmethod
+    def _drop_code(index: Path | None) -> None:
+        """Remove a removed entry's code index (advisory: one left behind is a stale miss)."""
+        if index is not None:
+            try:
+                index.unlink()
+            except OSError:
+                pass
 
     def _files(self, fingerprint: str | None) -> Iterator[Path]:
         try:

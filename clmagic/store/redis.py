@@ -70,6 +70,7 @@ class RedisStore(Store):
         self._errors: tuple[type[BaseException], ...] = (
             redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError)
         self._response_error = redis.exceptions.ResponseError
+        self._watch_error = redis.exceptions.WatchError
         self.client = redis.Redis.from_url(
             url, socket_timeout=timeout, socket_connect_timeout=min(timeout, 0.5),
             retry=Retry(NoBackoff(), 0), retry_on_timeout=False, health_check_interval=0,
@@ -210,11 +211,29 @@ class RedisStore(Store):
 
         def drop(c: Any) -> bool:
             pipe = c.pipeline(transaction=False)
+            pipe.hget(name, "meta")
             pipe.delete(name)
             pipe.srem(self._index(fingerprint), key)
-            return bool(pipe.execute()[0])
+            raw, deleted, _ = pipe.execute()
+            code = _code_of(raw) if deleted and isinstance(raw, bytes) else ""
+            if valid_name(fingerprint, code):
+                self._drop_code(c, self._code(fingerprint, code), key)
+            return bool(deleted)
 
         return self._write(drop, False)
+
+    def _drop_code(self, c: Any, name: str, key: str) -> None:
+        """Delete the code string ``name`` if it still names ``key`` (watched: a newer entry of
+        the same code, saved meanwhile by another process, keeps its index)."""
+        with c.pipeline() as pipe:
+            try:
+                pipe.watch(name)
+                if pipe.get(name) == key.encode():
+                    pipe.multi()
+                    pipe.delete(name)
+                    pipe.execute()
+            except self._watch_error:
+                pass
 
     def _fingerprints(self, fingerprint: str | None) -> list[str]:
         if fingerprint:

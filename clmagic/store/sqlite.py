@@ -35,6 +35,7 @@ from .sqlite_sql import (
     SCHEMA_VERSION,
     SQL_CLEAR,
     SQL_CODE_CLEAR,
+    SQL_CODE_DELETE,
     SQL_CODE_GET,
     SQL_CODE_PUT,
     SQL_DELETE,
@@ -303,6 +304,7 @@ class SQLiteStore(Store):
                 args = (FORMAT_VERSION, v.fingerprint, v.key)
                 if conn.execute(SQL_DELETE + " AND created = ?", (*args, v.token)).rowcount:
                     conn.execute(SQL_USE_DELETE, args)
+                    conn.execute(SQL_CODE_DELETE, args)
                     gone.append(v)
             return len(gone)
 
@@ -332,7 +334,8 @@ class SQLiteStore(Store):
 
     def delete(self, fingerprint: str, key: str) -> bool:
         args = (FORMAT_VERSION, fingerprint, key)
-        return self._write([(SQL_DELETE, args), (SQL_USE_DELETE, args)]) > 0
+        return self._write([(SQL_DELETE, args), (SQL_USE_DELETE, args),
+                            (SQL_CODE_DELETE, args)]) > 0
 
     def _select(self, sql: str, fingerprint: str | None) -> list[tuple[Any, ...]]:
         args: tuple[Any, ...] = (FORMAT_VERSION,)

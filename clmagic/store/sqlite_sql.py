@@ -14,7 +14,7 @@ from ._fs import check_regular
 __all__ = ["SCHEMA", "SCHEMA_VERSION", "BUSY_TIMEOUT_MS", "SchemaTooNew", "connect",
            "schema_version", "is_locked", "has_tables", "create_schema", "row_meta",
            "row_usage", "entry_row", "TEXT_BYTES", "SQL_CODE_PUT", "SQL_CODE_GET",
-           "SQL_CODE_CLEAR"]
+           "SQL_CODE_CLEAR", "SQL_CODE_DELETE"]
 
 SCHEMA_VERSION = 1
 BUSY_TIMEOUT_MS = 5000
@@ -105,6 +105,7 @@ SQL_CODE_PUT = ("INSERT OR REPLACE INTO code_keys (format, fingerprint, code_key
                 "VALUES (?, ?, ?, ?)")
 SQL_CODE_GET = "SELECT key FROM code_keys WHERE format = ? AND fingerprint = ? AND code_key = ?"
 SQL_CODE_CLEAR = "DELETE FROM code_keys WHERE format = ?"
+SQL_CODE_DELETE = "DELETE FROM code_keys WHERE format = ? AND fingerprint = ? AND key = ?"
 _HITS = len(_ENTRY_COLS)  # hits, last use, stored bytes: these positions of SQL_GET / SQL_LIST
 
 
