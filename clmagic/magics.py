@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import difflib
 import re
 from argparse import Namespace
 from collections.abc import Callable
@@ -43,6 +44,28 @@ def split_opts(line: str) -> tuple[str, str | None]:
     if not opts:
         raise OptionsError("--opts needs build options after it, e.g. --opts -O3 -cl-mad-enable")
     return line[: m.start()], opts
+
+
+def misspelt_option(rest: str, parser) -> str | None:
+    """``--opt is not an option of %%clkernel; did you mean --opts?`` for the first word that
+    looks like an option, is none of ``parser``'s, and is close to one of them (argparse would
+    take ``--opt`` for ``--opts`` and complain about its value instead)."""
+    actions = parser._option_string_actions
+    longs = [o for o in actions if o.startswith("--") and o != "--help"]
+    words = iter(rest.split())
+    for word in words:
+        name = word.split("=", 1)[0]
+        if name in actions:
+            if actions[name].nargs != 0 and "=" not in word:
+                next(words, None)  # its value
+            continue
+        if word.startswith("-"):
+            close = difflib.get_close_matches(name.lstrip("-"), [o[2:] for o in longs], n=1,
+                                              cutoff=0.7)
+            if close:
+                return (f"{name} is not an option of %%{parser.prog.split()[-1]}; "
+                        f"did you mean --{close[0]}?")
+    return None
 
 
 @magics_class
@@ -175,6 +198,9 @@ class CLMagics(Magics):
         ``cl_queue``; one line under the cell says HIT or MISS and the time taken.
         """
         rest, opts = split_opts(line)
+        typo = misspelt_option(rest, self.clkernel.parser)
+        if typo:
+            raise OptionsError(typo)
         try:
             args = parse_argstring(self.clkernel, rest)
         except UsageError as exc:

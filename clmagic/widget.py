@@ -173,9 +173,8 @@ class CacheWidget(w.VBox):
 
         from .plot import plot_history
 
-        fig = Figure(figsize=(7, 2.6), dpi=80)
+        fig = Figure(figsize=(8, 2.8), dpi=80, layout="constrained")
         plot_history(compiler=self.compiler, ax=fig.add_subplot())
-        fig.tight_layout()
         buf = io.BytesIO()
         fig.savefig(buf, format="png")
         self.plot.value = buf.getvalue()

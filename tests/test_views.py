@@ -209,6 +209,28 @@ def test_plot_history_draws_one_bar_per_trip(compiler, oclgrind):
         [r.ms for r in compiler.history.records])
 
 
+def test_plot_history_names_bars_by_kernel_keeps_the_legend_off_the_bars_and_no_open_figure(
+        compiler, oclgrind):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    compiler.build(OTHER, device=oclgrind)
+    compiler.build(OTHER, device=oclgrind)
+    open_before = plt.get_fignums()
+    fig = clmagic.plot_history(compiler=compiler)
+    assert plt.get_fignums() == open_before  # not left in pyplot: a notebook shows it once
+    ax = fig.axes[0]
+    names = [t.get_text() for t in ax.get_xticklabels()]
+    assert names == [compiler.history.records[0].kernels[0]] * 2
+    fig.canvas.draw()
+    legend = ax.get_legend().get_window_extent()
+    for bar in ax.patches:  # the legend is beside the bars, not over any of them
+        assert not legend.overlaps(bar.get_window_extent())
+    assert legend.x0 > ax.get_window_extent().x1
+
+
 def test_import_clmagic_stays_light_until_a_frame_is_asked_for():
     from conftest import last_json, run_child
 
