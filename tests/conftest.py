@@ -19,7 +19,8 @@ os.environ.setdefault("CUDA_CACHE_DISABLE", "1")
 # run (child processes inherit it) and `_home_stays_empty` fails a test that leaves anything in
 # it, or a clmagic folder in the user cache folder (XDG_CACHE_HOME, where clmagic's default cache
 # goes). What other tools keep there (IPython's profile, Jupyter's runtime files, matplotlib's font
-# cache, pyopencl's invoker cache, POCL's temp files) goes beside HOME: not clmagic's doing.
+# cache, pyopencl's invoker cache, POCL's temp files, the logs of the `npm prefix` that JupyterLab
+# runs) goes beside HOME: not clmagic's doing.
 RUN_DIR = Path(tempfile.mkdtemp(prefix="clmagic-tests-"))
 HOME = RUN_DIR / "home"
 HOME.mkdir()
@@ -29,7 +30,8 @@ USER_CACHE = RUN_DIR / "cache"
 for _var, _dir in (("XDG_CACHE_HOME", "cache"), ("IPYTHONDIR", "ipython"), ("JUPYTER_CONFIG_DIR", "jupyter-config"),
                    ("JUPYTER_DATA_DIR", "jupyter-data"), ("JUPYTER_RUNTIME_DIR", "jupyter-run"),
                    ("MPLCONFIGDIR", "matplotlib"), ("POCL_CACHE_DIR", "pocl"),
-                   ("XDG_CONFIG_HOME", "config"), ("XDG_DATA_HOME", "data")):
+                   ("XDG_CONFIG_HOME", "config"), ("XDG_DATA_HOME", "data"),
+                   ("npm_config_cache", "npm")):
     os.environ[_var] = str(RUN_DIR / _dir)
 
 import pytest  # noqa: E402

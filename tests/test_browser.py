@@ -355,3 +355,71 @@ def test_clkernel_cells_are_highlighted_as_opencl_c(lab, page, tmp_path):
                          ).startswith("# a comment")
     # the OpenCL cell did not change on the way
     assert style_of(page, kernel, "__global") | keyword == style_of(page, kernel, "__global")
+
+
+# ---- a new user's notebook: what trips people up (issue 16), each fix seen on the page ---------
+
+SAXPY_CELL = """\
+%%clkernel --opts -O3
+__kernel void saxpy(const float a, __global const float *x, __global float *y)
+{
+    const int i = get_global_id(0);
+    y[i] = a * x[i] + y[i];
+}"""
+
+NEW_USER_CELLS = {
+    "load": "%load_ext clmagic\nimport clmagic",
+    "saxpy": SAXPY_CELL,
+    "plot": "clmagic.plot_history()",
+    "typo": SAXPY_CELL.replace("--opts", "--opt", 1),  # last: Run All stops at an error
+}
+
+
+def open_new_notebook(page, url: str, root: Path, name: str, cells: dict[str, str]) -> None:
+    """Write a notebook of ``cells``, open it in JupyterLab, run all and wait until idle."""
+    import nbformat
+
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells.values()])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
+                                 "language": "python"}
+    nbformat.write(nb, root / name)
+    page.goto(f"{url}/lab/tree/{name}")
+    page.wait_for_selector(".jp-Notebook .jp-Cell")
+    page.evaluate("() => { window.jupyterapp.commands.execute('application:toggle-left-area'); }")
+    page.wait_for_function(KERNEL_IDLE)
+    run_all(page)
+    wait_idle(page)
+
+
+def cell(page, cells: dict[str, str], name: str):
+    """The code cell that holds ``cells[name]``."""
+    return page.locator(".jp-Notebook .jp-CodeCell").nth(list(cells).index(name))
+
+
+def test_a_new_user_notebook_reads_clearly(lab, page, tmp_path):
+    url, cache = lab
+    ARTIFACTS.mkdir(exist_ok=True)
+    cells = NEW_USER_CELLS
+    open_new_notebook(page, url, tmp_path / "root", "new-user.ipynb", cells)
+    page.wait_for_function(  # the typo cell's error, the last cell, is on the page
+        "() => document.querySelectorAll('.jp-OutputArea-output').length >= 3")
+
+    # item 3: plot_history() draws its figure once, as the cell's value
+    plot = cell(page, cells, "plot")
+    plot.scroll_into_view_if_needed()
+    expect_count(plot.locator(".jp-OutputArea-output img"), 1)
+    plot.screenshot(path=str(ARTIFACTS / "browser-16-plot.png"))
+
+    # item 7: a misspelt option is named, with the one meant
+    typo = cell(page, cells, "typo")
+    typo.scroll_into_view_if_needed()
+    expect_text(typo.locator(".jp-OutputArea"),
+                "--opt is not an option of %%clkernel; did you mean --opts?")
+    assert "expected one argument" not in typo.locator(".jp-OutputArea").inner_text()
+    typo.screenshot(path=str(ARTIFACTS / "browser-16-typo.png"))
+
+
+def expect_count(locator, n: int) -> None:
+    from playwright.sync_api import expect
+
+    expect(locator).to_have_count(n, timeout=60_000)
