@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any
 
 from ._session import or_default
@@ -54,7 +55,16 @@ def plot_history(*, compiler: Compiler | None = None, ax: Any = None) -> Any:
     ax.legend(handles=[*handles, *ax.get_legend_handles_labels()[0]], fontsize=8,
               loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0, frameon=False)
     ax.set_yscale("log")
-    ax.set_ylabel("ms")
+    built = [max(r.build_ms, 1e-3) for r in records]
+    ax.set_ylim(10 ** math.floor(math.log10(min(*taken, *built))),  # whole decades
+                10 ** math.ceil(math.log10(max(*taken, *built)) + 1e-9))
+    ax.set_xlim(0.4, max(len(x), 4) + 0.6)  # a lone bar is a bar, not the whole plot
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullLocator
+
+    ax.yaxis.set_major_locator(LogLocator(base=10))
+    ax.yaxis.set_minor_locator(NullLocator())
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
+    ax.set_ylabel("ms (log scale)")
     shown = x if len(x) <= 30 else x[:: max(len(x) // 15, 1)]
     ax.set_xticks(shown, [_name(records[i - 1].kernels) for i in shown], rotation=30,
                   ha="right", fontsize=8)
