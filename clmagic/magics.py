@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import argparse
 import difflib
 import re
 from argparse import Namespace
@@ -46,7 +47,7 @@ def split_opts(line: str) -> tuple[str, str | None]:
     return line[: m.start()], opts
 
 
-def misspelt_option(rest: str, parser) -> str | None:
+def misspelt_option(rest: str, parser: argparse.ArgumentParser) -> str | None:
     """``--opt is not an option of %%clkernel; did you mean --opts?`` for the first word that
     looks like an option, is none of ``parser``'s, and is close to one of them (argparse would
     take ``--opt`` for ``--opts`` and complain about its value instead)."""
