@@ -301,13 +301,14 @@ class Compiler:
         with self._lock:
             for rec in recs:
                 self._history.add(rec)
+        self._history.changed()
 
     def _finish(self, trip: _Trip, outcome: str, built: driver.Built, saved: bool = False,
                 note: str = "", code_key: str | None = None, save: bool = False) -> BuildResult:
         """The trip's result; with ``save``, the binary readout and save are left to the
         saver (the result's ``saved`` and ``note`` wait for them, its ``latest`` does not)."""
         rec = self._record(trip.info, trip.prep, trip.t0, outcome, built, saved=saved, note=note,
-                           code_key=code_key)
+                           code_key=code_key, line_offset=trip.line_offset)
         kept = None
         if self._history.active:  # CLMAGIC_RECORD=off without debug: nothing to keep or print
             with self._lock:
@@ -315,6 +316,7 @@ class Compiler:
         if not save:
             self.counters.add(rec.fingerprint, outcome, 1, rec.saved_ms)
         pending = self._save_later(rec, kept, built.program, trip.dev) if save else None
+        self._history.changed()
         return BuildResult(built.program, built.kernels, trip.ctx, trip.queue, trip.prep.opts,
                            rec, pending)
 
@@ -420,15 +422,16 @@ class Compiler:
     def _record(self, info: DeviceInfo, prep: Prepared, t0: float, outcome: str,
                 built: driver.Built, *, saved: bool = False, note: str = "",
                 origin: str = "cell", log: str | None = None,
-                code_key: str | None = None) -> Record:
+                code_key: str | None = None, line_offset: int = 0) -> Record:
         """The trip's record for one device (the history takes it in ``_finish``)."""
         return Record(
             time=time.time(), outcome=outcome, kernels=list(built.names),
             ms=(time.perf_counter() - t0) * 1000, build_ms=built.build_ms, device=info,
             key=prep.key, options=prep.opts.effective, preview=prep.preview, source=prep.source,
             source_bytes=len(prep.src), headers=prep.headers,
-            build_log=built.log if log is None else log, saved_to_store=saved, note=note,
-            origin=origin, code_key=code_key or "", rekeyed_from=built.log_from)
+            build_log=built.log if log is None else log, line_offset=line_offset,
+            saved_to_store=saved, note=note, origin=origin, code_key=code_key or "",
+            rekeyed_from=built.log_from)
 
     def _save(self, rec: Record, program: cl.Program, dev: cl.Device) -> tuple[bool, str]:
         """Store the entry of ``rec``, with the binary ``program`` holds for ``dev``; returns

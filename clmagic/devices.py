@@ -12,6 +12,7 @@ import pyopencl as cl
 
 from . import driver
 from .errors import DeviceError
+from .report import device_label
 
 __all__ = [
     "DeviceInfo",
@@ -52,11 +53,8 @@ class DeviceInfo:
 
     @property
     def label(self) -> str:
-        """A short human name such as ``POCL pthread-AMD EPYC``."""
-        plat = "POCL" if "portable computing language" in self.platform_name.lower() else (
-            self.platform_name
-        )
-        return f"{plat} {self.device_name}" if plat not in self.device_name else self.device_name
+        """A short human name such as ``POCL pthread-AMD EPYC`` (:func:`report.device_label`)."""
+        return device_label(self.platform_name, self.device_name)
 
     @property
     def problem(self) -> str | None:

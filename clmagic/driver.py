@@ -23,15 +23,61 @@ The built program is handed out as a public ``cl.Program`` (its one-argument for
 from __future__ import annotations
 
 import ctypes
+import os
+import re
+import tempfile
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, cast
 
 import pyopencl as cl
 
 __all__ = ["Built", "BuildFailed", "from_source", "from_binaries", "binary_of", "build_log",
-           "probe"]
+           "probe", "quiet_driver"]
+
+#: what a driver's compiler prints to the process's stderr besides its build log
+CHATTER = re.compile(
+    rb"^\d+ (?:warnings?|errors?)(?: and \d+ (?:warnings?|errors?))? generated\.\s*$")
+_quiet_lock = threading.Lock()
+_quiet_depth = 0
+_quiet_saved: tuple[int, Any] | None = None
+
+
+@contextmanager
+def quiet_driver() -> Iterator[None]:
+    """Keep the driver's compiler chatter ("1 warning generated.") off the process's stderr (a
+    notebook shows it in a red box) while a build runs; anything else it prints goes through.
+    The build log holds the warnings themselves. Builds in several threads share one redirect."""
+    global _quiet_depth, _quiet_saved
+    with _quiet_lock:
+        _quiet_depth += 1
+        if _quiet_depth == 1:
+            try:
+                sink = tempfile.TemporaryFile()
+                saved = os.dup(2)
+                os.dup2(sink.fileno(), 2)
+                _quiet_saved = (saved, sink)
+            except OSError:
+                _quiet_saved = None
+    try:
+        yield
+    finally:
+        with _quiet_lock:
+            _quiet_depth -= 1
+            if _quiet_depth == 0 and _quiet_saved is not None:
+                saved, sink = _quiet_saved
+                _quiet_saved = None
+                os.dup2(saved, 2)
+                os.close(saved)
+                sink.seek(0)
+                rest = b"".join(ln for ln in sink.read().splitlines(keepends=True)
+                                if not CHATTER.match(ln))
+                sink.close()
+                if rest:
+                    os.write(2, rest)
 
 
 @dataclass(frozen=True)
@@ -64,7 +110,8 @@ def from_source(ctx: cl.Context, devs: Sequence[cl.Device], source: str, options
     prg = cl._cl._Program(ctx, source)
     t = time.perf_counter()
     try:
-        prg._build(options=options.encode(), devices=list(devs))
+        with quiet_driver():
+            prg._build(options=options.encode(), devices=list(devs))
     except cl.Error as exc:
         raise BuildFailed(_logs(prg, devs) or str(exc)) from None
     return _built(ctx, prg, (time.perf_counter() - t) * 1000, _logs(prg, devs), kernels)
@@ -102,13 +149,15 @@ def probe(ctx: cl.Context, dev: cl.Device, source: str) -> str | None:
     for a driver without ``clCompileProgram``, a whole build decides."""
     program = cl._cl._Program(ctx, source)
     try:
-        program.compile(options=b"", devices=[dev])
+        with quiet_driver():
+            program.compile(options=b"", devices=[dev])
         return None
     except cl.Error:
         pass
     program = cl._cl._Program(ctx, source)
     try:
-        program._build(options=b"", devices=[dev])
+        with quiet_driver():
+            program._build(options=b"", devices=[dev])
         return None
     except cl.Error as exc:
         return build_log(program, dev) or str(exc)

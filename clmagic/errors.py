@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import re
+from .report import map_log_lines
 
 __all__ = ["ClmagicError", "DeviceError", "OptionsError", "BuildError", "CorruptEntry"]
 
@@ -24,31 +24,6 @@ class OptionsError(ClmagicError):
 
 class CorruptEntry(Exception):
     """A stored entry that failed its checks; the store reports why."""
-
-
-_LOC = re.compile(
-    r"(?:^|(?<=\s))(?P<file>[^\s:]+):(?P<line>\d+):(?:(?P<col>\d+):)?", re.MULTILINE
-)
-
-
-def _is_main_source(name: str) -> bool:
-    """The driver's name for the program source: a temp ``*.cl`` file, ``input.cl``,
-    ``<kernel>``/``<source>`` (NVIDIA), as opposed to an included header."""
-    return name.endswith(".cl") or (name.startswith("<") and name.endswith(">"))
-
-
-def map_log_lines(log: str, line_offset: int = 0) -> str:
-    """Rewrite locations of the program source in a driver build log (``/tmp/x.cl:3:12:``,
-    ``<kernel>:3:12:``) to ``line N:12:``, shifted by ``line_offset`` so they match the notebook
-    cell's own numbering. Locations in included headers keep their file name."""
-
-    def repl(m: re.Match[str]) -> str:
-        if not _is_main_source(m["file"]):
-            return m[0]
-        col = f":{m['col']}" if m["col"] else ""
-        return f"line {int(m['line']) + line_offset}{col}:"
-
-    return _LOC.sub(repl, log)
 
 
 class BuildError(ClmagicError):

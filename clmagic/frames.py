@@ -1,17 +1,24 @@
 """pandas DataFrames of the stored entries and of this session's build trips.
 
-pandas is imported here only, when a frame is asked for.
+pandas is imported here only, when a frame is asked for. The frames hold the exact data (full
+keys, times to the nanosecond, every column); in a notebook they display as a table a person
+reads (a short key, one device label, ms rounded, times to the second, no wrapping inside a
+value, the other columns named under it). A frame derived from them is a plain DataFrame.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
+import math
 from typing import TYPE_CHECKING, Any
 
 from .entry import META_FIELDS, Usage, sane_time
 from ._session import or_default
 from .manage import device_fingerprints, entry_origin
 from .records import from_origin
+from .report import (count_of, device_label, fmt_bytes, fmt_ms, fmt_time, short_key,
+                     table_html)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -57,6 +64,73 @@ def _frame(columns: dict[str, list], dtypes: dict[str, str]) -> pd.DataFrame:
     return pd.DataFrame(data)
 
 
+#: what the readable display of each frame shows: column → (heading, how a value reads)
+_MAX_ROWS = 60
+
+
+def _ms_or_blank(v: Any) -> str:
+    return "" if v is None or (isinstance(v, float) and math.isnan(v)) else fmt_ms(float(v))
+
+
+def _when(v: Any) -> str:
+    return "" if v is None or v != v else fmt_time(v.timestamp())
+
+
+def _text(v: Any) -> str:
+    return "" if v is None or v != v else str(v)
+
+
+_SHOWN: dict[str, list[tuple[str, str, Any]]] = {
+    "cache": [("key", "key", short_key), ("kernels", "kernels", _text),
+              ("options", "options", _text), ("device", "device", None),
+              ("binary_bytes", "binary", lambda v: fmt_bytes(int(v))),
+              ("build_ms", "build", _ms_or_blank), ("hits", "hits", _text),
+              ("last_used", "last used", _when)],
+    "history": [("time", "time", _when), ("outcome", "outcome", _text),
+                ("kernels", "kernels", _text), ("ms", "took", _ms_or_blank),
+                ("build_ms", "build", _ms_or_blank),
+                ("saved_ms", "saved", lambda v: _ms_or_blank(v) if v else ""),
+                ("device", "device", _text), ("key", "key", short_key),
+                ("options", "options", _text), ("note", "note", _text)],
+}
+_NUMERIC = frozenset({"binary", "build", "hits", "took", "saved"})
+
+
+def frame_html(df: pd.DataFrame, kind: str) -> str:
+    """The readable table of a :func:`cache_frame` (``kind="cache"``) or :func:`history_frame`
+    (``"history"``): shown columns formatted, the rest named under it."""
+    shown = [c for c in _SHOWN[kind] if c[0] in df.columns]
+    rows = []
+    for _, rec in df.head(_MAX_ROWS).iterrows():
+        row = []
+        for col, _head, fmt in shown:
+            if col == "device" and kind == "cache":
+                row.append(device_label(_text(rec.get("platform")), _text(rec["device"])))
+            else:
+                row.append(fmt(rec[col]))
+        rows.append(row)
+    hidden = [c for c in df.columns if c not in {s[0] for s in shown}]
+    note = count_of(len(df), "row")
+    if len(df) > _MAX_ROWS:
+        note += f" (the first {_MAX_ROWS} shown)"
+    if hidden:
+        note += f" · also in the DataFrame: {', '.join(hidden)}"
+    note += " · keys shortened, times in UTC to the second (the data is exact)"
+    return table_html([h for _, h, _ in shown], rows, note, _NUMERIC)
+
+
+@functools.cache
+def _readable(kind: str) -> type:
+    """A DataFrame class whose notebook display is :func:`frame_html` (pandas imported here)."""
+    import pandas as pd
+
+    class DataFrame(pd.DataFrame):  # operations on it give plain DataFrames (_constructor)
+        def _repr_html_(self) -> str:
+            return frame_html(self, kind)
+
+    return DataFrame
+
+
 def cache_frame(device: object = None, *, compiler: Compiler | None = None,
                 store: Store | None = None, origin: str | None = None) -> pd.DataFrame:
     """One row per stored entry, most recently used first.
@@ -90,7 +164,8 @@ def cache_frame(device: object = None, *, compiler: Compiler | None = None,
                 value = ", ".join(value)
             cols[name].append(value)
     df = _frame(cols, CACHE_COLUMNS)
-    return df.sort_values("last_used", ascending=False, kind="stable", ignore_index=True)
+    df = df.sort_values("last_used", ascending=False, kind="stable", ignore_index=True)
+    return _readable("cache")(df)
 
 
 def history_frame(*, compiler: Compiler | None = None, origin: str | None = None
@@ -117,4 +192,4 @@ def history_frame(*, compiler: Compiler | None = None, origin: str | None = None
         }
         for name, value in row.items():
             cols[name].append(value)
-    return _frame(cols, HISTORY_COLUMNS)
+    return _readable("history")(_frame(cols, HISTORY_COLUMNS))

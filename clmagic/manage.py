@@ -142,6 +142,7 @@ def remove_entries(entries: Iterable[Entry], compiler: Compiler | None = None, *
             out.entries += 1
             out.bytes += e.usage.stored_bytes
             out.keys.append(e.key)
+    c.history.changed()
     return out
 
 
@@ -168,6 +169,7 @@ def clear_cache(device: object = None, older_than: str | float | None = None,
             c.forget(fp)
             out.entries += n
             out.bytes += freed
+        c.history.changed()
         return out
     return remove_entries(select_entries(store, device, older_than, keys, origin=origin), c,
                           remote=remote)

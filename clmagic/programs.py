@@ -64,6 +64,7 @@ def build_program(compiler: Compiler, context: cl.Context, source: str | bytes,
                     compiler._history.add(rec)
         for rec in recs:
             compiler.counters.add(rec.fingerprint, rec.outcome, 1, rec.saved_ms)
+        compiler._history.changed()
         return ProgramBuild(built.program, outcome, recs, built.log)
 
     def compile_all() -> driver.Built:

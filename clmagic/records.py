@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+import weakref
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -57,6 +58,8 @@ class Record:
     source_bytes: int = 0
     headers: tuple[str, ...] = ()
     build_log: str = ""
+    #: added to the source's line numbers in the build log (1 under a ``%%clkernel`` line)
+    line_offset: int = 0
     saved_to_store: bool = False
     note: str = ""
     #: who asked for the build: ``cell`` (``%%clkernel`` or :func:`clmagic.build`), else the
@@ -101,6 +104,23 @@ class History:
     level: str = "summary"
     records: list[Record] = field(default_factory=list)
     tally: Counter[str] = field(default_factory=Counter)
+    #: told after every trip and every clear made through clmagic (weakly held: a widget that
+    #: is gone is not kept alive by the history)
+    listeners: list[weakref.WeakMethod[Any]] = field(default_factory=list)
+
+    def listen(self, method: Any) -> None:
+        """Call the bound ``method()`` after each trip and each clear (see :meth:`changed`)."""
+        self.listeners.append(weakref.WeakMethod(method))
+
+    def changed(self) -> None:
+        """Tell the listeners that the session or the store changed."""
+        alive = []
+        for ref in list(self.listeners):
+            method = ref()
+            if method is not None:
+                alive.append(ref)
+                method()
+        self.listeners[:] = alive
 
     @property
     def keep_source(self) -> bool:
@@ -114,7 +134,8 @@ class History:
 
     def add(self, record: Record) -> Record:
         """Append a record (dropping its source unless the record level is ``full``; keeping
-        nothing at level ``off``)."""
+        nothing at level ``off``); the compiler calls :meth:`changed` after it, outside its
+        lock."""
         if self.level != "off":
             if not self.keep_source and record.source is not None:
                 record = dataclasses.replace(record, source=None)

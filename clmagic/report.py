@@ -2,12 +2,13 @@
 what a clear removed, where the cache is, entry rows of the cache panel, bundle reports.
 
 It imports nothing of clmagic at run time (the types below are for the checker only), so every
-layer may use it and it depends on none.
+layer may use it (errors.py too, for a failed build's log) and it depends on none.
 """
 
 from __future__ import annotations
 
 import html
+import re
 import time
 from typing import TYPE_CHECKING
 
@@ -22,7 +23,8 @@ if TYPE_CHECKING:
 __all__ = ["result_text", "result_html", "stats_text", "stats_html", "fmt_bytes", "fmt_duration",
            "COLOURS", "removed_text", "removed_html", "info_text", "info_html", "ENTRY_HEAD",
            "entry_line", "panel_status_html", "device_option", "export_text", "export_html",
-           "import_text", "import_html", "stats_rows"]
+           "import_text", "import_html", "stats_rows", "map_log_lines", "shown_log",
+           "device_label", "count_of", "table_html", "short_key", "fmt_ms", "fmt_time"]
 
 COLOURS = {
     "MISS": "#c0392b",
@@ -34,10 +36,56 @@ COLOURS = {
     "FAILED": "#6c3483",
 }
 _WORD = {"BYPASS": "BUILD"}
+_WARNING = re.compile(r"\bwarning:", re.IGNORECASE)
 
 
 def _ms(ms: float) -> str:
     return f"{ms:.2f} ms" if ms < 10 else f"{ms:.1f} ms"
+
+
+#: every duration in a table or a line: ``0.05 ms``, ``5.72 ms``, ``512.3 ms`` (one style)
+fmt_ms = _ms
+
+
+def fmt_time(t: float) -> str:
+    """A moment to the second, in UTC: ``2026-12-01 16:02:11 UTC``."""
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(t))
+
+
+def short_key(key: str) -> str:
+    """The first 12 hex digits of a key, enough to tell entries apart and to clear one."""
+    return key[:12] + "…" if len(key) > 12 else key
+
+
+def count_of(n: int, word: str) -> str:
+    """``1 entry``, ``2 entries``, ``0 warnings``."""
+    if n == 1:
+        return f"1 {word}"
+    return f"{n} {word[:-1]}ies" if word.endswith("y") else f"{n} {word}s"
+
+
+def device_label(platform_name: str, device_name: str) -> str:
+    """A device's one short name everywhere: ``POCL pthread-AMD EPYC``, ``Oclgrind Simulator``,
+    ``NVIDIA H200`` (the platform only where the device name does not already say it)."""
+    plat = "POCL" if "portable computing language" in platform_name.lower() else platform_name
+    return device_name if plat.lower() in device_name.lower() else f"{plat} {device_name}"
+
+
+def table_html(head: list[str], rows: list[list[str]], note: str = "",
+               numeric: frozenset[str] = frozenset()) -> str:
+    """A table a person can read: no wrapping inside a value, scrolls sideways when wide,
+    ``numeric`` columns right-aligned, and a note under it."""
+    cell = "padding:2px 8px;white-space:nowrap;border-bottom:1px solid #ddd;"
+    heads = "".join(f'<th style="{cell}text-align:{"right" if h in numeric else "left"}">'
+                    f"{html.escape(h)}</th>" for h in head)
+    body = "".join(
+        "<tr>" + "".join(f'<td style="{cell}text-align:{"right" if h in numeric else "left"}">'
+                         f"{html.escape(v)}</td>" for h, v in zip(head, row)) + "</tr>"
+        for row in rows)
+    foot = f'<div style="font-size:85%;color:#666">{html.escape(note)}</div>' if note else ""
+    return (f'<div class="clmagic-frame" style="overflow-x:auto">'
+            f'<table style="border-collapse:collapse;font-size:90%">'
+            f"<thead><tr>{heads}</tr></thead><tbody>{body}</tbody></table>{foot}</div>")
 
 
 def _parts(r: BuildResult) -> list[str]:
@@ -65,9 +113,7 @@ def _parts(r: BuildResult) -> list[str]:
         parts.append(now.note)
     elif r.outcome == "REKEYED" and now.saved_to_store:
         parts.append("saved")
-    if r.build_log:
-        n = len(r.build_log.splitlines())
-        parts.append(f"{_log_title(r)}: {n} line{'s' if n != 1 else ''}")
+    parts.append(_log_summary(r))
     return [p for p in parts if p]
 
 
@@ -78,6 +124,50 @@ def _log_title(r: BuildResult) -> str:
     if not origin:
         return "build log"
     return f"build log of {origin[:4]}… (the first build of this code: its line numbers)"
+
+
+_LOC = re.compile(
+    r"(?:^|(?<=\s))(?P<file>[^\s:]+):(?P<line>\d+):(?:(?P<col>\d+):)?", re.MULTILINE
+)
+
+
+def _is_main_source(name: str) -> bool:
+    """The driver's name for the program source: a temp ``*.cl`` file, ``input.cl``,
+    ``<kernel>``/``<source>`` (NVIDIA), as opposed to an included header."""
+    return name.endswith(".cl") or (name.startswith("<") and name.endswith(">"))
+
+
+def map_log_lines(log: str, line_offset: int = 0) -> str:
+    """Rewrite locations of the program source in a driver build log (``/tmp/x.cl:3:12:``,
+    ``<kernel>:3:12:``) to ``line N:12:``, shifted by ``line_offset`` so they match the notebook
+    cell's own numbering. Locations in included headers keep their file name."""
+
+    def repl(m: re.Match[str]) -> str:
+        if not _is_main_source(m["file"]):
+            return m[0]
+        col = f":{m['col']}" if m["col"] else ""
+        return f"line {int(m['line']) + line_offset}{col}:"
+
+    return _LOC.sub(repl, log)
+
+
+def shown_log(r: BuildResult) -> str:
+    """The build log as shown: the source's locations as the cell's line numbers, no temp file
+    paths (``/…/pocl/…/tempfile_x.cl:4:11:`` → ``line 5:11:`` under a ``%%clkernel`` line)."""
+    return map_log_lines(r.build_log.strip(), r.record.line_offset)
+
+
+def _log_summary(r: BuildResult) -> str:
+    """``1 warning``, ``2 warnings``, else ``build log: N lines`` (empty for no log); a rekeyed
+    binary's log says whose it is."""
+    log = r.build_log.strip()
+    if not log:
+        return ""
+    warnings = len(_WARNING.findall(log))
+    if warnings:
+        said = count_of(warnings, "warning")
+        return said if not r.record.rekeyed_from else f"{said} ({_log_title(r)})"
+    return f"{_log_title(r)}: {count_of(len(log.splitlines()), 'line')}"
 
 
 def result_text(r: BuildResult) -> str:
@@ -96,9 +186,10 @@ def result_html(r: BuildResult) -> str:
     )
     body = " · ".join(html.escape(p) for p in _parts(r))
     log = ""
-    if r.build_log:
-        log = (f"<details><summary>{html.escape(_log_title(r))}</summary>"
-               f"<pre>{html.escape(r.build_log)}</pre></details>")
+    if r.build_log.strip():
+        summary = html.escape(_log_summary(r))
+        log = (f'<details class="clmagic-log"><summary>{summary}</summary>'
+               f"<pre>{html.escape(shown_log(r))}</pre></details>")
     return (
         f'<div class="clmagic-result" data-outcome="{word}" title="key {r.key}" '
         f'style="font-family:monospace;font-size:90%">{badge} {body}{log}</div>'
@@ -161,10 +252,11 @@ def stats_text(s: Stats) -> str:
     rows = [("", "session", "lifetime"), *stats_rows(s)]
     width = max(len(r[0]) for r in rows)
     lines = [f"{a:<{width}}  {b:>10}  {c:>10}" for a, b, c in rows]
-    lines.append(f"store: {s.location} · {s.entries} entries · {fmt_bytes(s.bytes)} · "
-                 f"{_limit(s)}")
+    lines.append(f"store: {s.location} · {count_of(s.entries, 'entry')} · "
+                 f"{fmt_bytes(s.bytes)} · {_limit(s)}")
     for d in s.devices:
-        line = (f"  {d.label} ({d.fingerprint}): {d.entries} entries, {fmt_bytes(d.bytes)}, "
+        line = (f"  {d.label} ({d.fingerprint}): {count_of(d.entries, 'entry')}, "
+                f"{fmt_bytes(d.bytes)}, "
                 f"{d.hits} hits")
         if d.lifetime is not None:
             t = d.lifetime
@@ -187,7 +279,7 @@ def stats_html(s: Stats) -> str:
     return (
         '<div class="clmagic-stats">'
         f"<table><tr><th></th><th>session</th><th>lifetime</th></tr>{body}</table>"
-        f"<p>store: <code>{html.escape(s.location)}</code> · {s.entries} entries · "
+        f"<p>store: <code>{html.escape(s.location)}</code> · {count_of(s.entries, 'entry')} · "
         f"{fmt_bytes(s.bytes)} · {html.escape(_limit(s))}</p>"
         "<table><tr><th>device</th><th>fingerprint</th><th>entries</th><th>size</th>"
         f"<th>hits</th><th>evictions</th></tr>{devs}</table></div>"
@@ -199,8 +291,7 @@ def stats_html(s: Stats) -> str:
 def removed_text(r: Removed) -> str:
     """``removed 3 entries (12.3 KB) from directory cache /path``."""
     where = f" from {r.location}" if r.location else ""
-    s = "y" if r.entries == 1 else "ies"
-    return f"removed {r.entries} entr{s} ({fmt_bytes(r.bytes)}){where}"
+    return f"removed {count_of(r.entries, 'entry')} ({fmt_bytes(r.bytes)}){where}"
 
 
 def removed_html(r: Removed) -> str:
@@ -215,7 +306,8 @@ def info_text(i: CacheInfo) -> str:
     lines += [f"env:     {k}={v}" for k, v in sorted(i.env.items())] or ["env:     (none)"]
     for info, use in i.devices:
         mark = "*" if info.fingerprint == i.active else " "
-        held = f"{use.entries} entries, {fmt_bytes(use.bytes)}" if use else "no entries"
+        held = (f"{count_of(use.entries, 'entry')}, {fmt_bytes(use.bytes)}" if use
+                else "no entries")
         if not info.usable:
             held += f" · cannot build here: {info.problem}"
         lines.append(f"{mark} {info.spec:<5} {info.type:<5} {info.platform_name} · "
@@ -237,19 +329,20 @@ def device_option(info: DeviceInfo) -> str:
 
 
 #: the header over :func:`entry_line` rows
-ENTRY_HEAD = (f"{'kernels':<28} {'options':<22} {'binary':>9} {'build':>10} {'hits':>5}  "
-              "last used")
+ENTRY_HEAD = (f"{'key':<13} {'kernels':<24} {'options':<22} {'binary':>9} {'build':>10} "
+              f"{'hits':>5}  last used")
 
 
 def entry_line(e: Entry) -> str:
-    """One entry as a fixed-width row: kernels, options, binary size, build time, hits, last
-    use (local time)."""
+    """One entry as a fixed-width row: short key (two builds that differ only in a header's
+    contents differ there), kernels, options, binary size, build time, hits, last use (local
+    time, to the second)."""
     m = e.meta
     kernels = ", ".join(m.kernels) or "(none)"
     opts = m.options or "-"
-    used = time.strftime("%Y-%m-%d %H:%M", time.localtime(e.last_used))
-    return (f"{kernels[:28]:<28} {opts[:22]:<22} {fmt_bytes(m.binary_bytes):>9} "
-            f"{m.build_ms:>7.1f} ms {e.usage.hits:>5}  {used}")
+    used = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(e.last_used))
+    return (f"{short_key(e.key):<13} {kernels[:24]:<24} {opts[:22]:<22} "
+            f"{fmt_bytes(m.binary_bytes):>9} {fmt_ms(m.build_ms):>10} {e.usage.hits:>5}  {used}")
 
 
 def panel_status_html(entries: list[Entry], s: Stats, where: str, total: int = 0) -> str:
@@ -257,7 +350,8 @@ def panel_status_html(entries: list[Entry], s: Stats, where: str, total: int = 0
     saved, and where the store is; then, where the store keeps lifetime figures, its size
     (``total`` bytes) against its limit (``s.max_size``) and the lifetime figures."""
     size = sum(e.usage.stored_bytes for e in entries)
-    text = (f"<b>{len(entries)}</b> entries · <b>{size / 1e6:.2f} MB</b> · hit rate "
+    n = count_of(len(entries), "entry").split(" ", 1)
+    text = (f"<b>{n[0]}</b> {n[1]} · <b>{fmt_bytes(size)}</b> · hit rate "
             f"<b>{_rate(s.hit_rate)}</b> · <b>{fmt_duration(s.saved_ms)}</b> saved this "
             f"session · <code>{html.escape(where)}</code>")
     life = s.lifetime
@@ -274,15 +368,16 @@ def panel_status_html(entries: list[Entry], s: Stats, where: str, total: int = 0
 def export_text(r: BundleReport) -> str:
     devs = ", ".join(f"{d['device']} ({d['entries']})" for d in r.devices) or "no devices"
     bad = f", {r.failed} damaged entries left out" if r.failed else ""
-    return f"exported {r.entries} entries ({r.bytes:,} bytes) to {r.path}: {devs}{bad}"
+    return (f"exported {count_of(r.entries, 'entry')} ({fmt_bytes(r.bytes)}) to {r.path}: "
+            f"{devs}{bad}")
 
 
 def export_html(r: BundleReport) -> str:
     rows = "".join(
         f"<tr><td>{html.escape(d['device'])}</td><td><code>{d['fingerprint']}</code></td>"
         f"<td>{d['entries']}</td></tr>" for d in r.devices)
-    return (f"<div class='clmagic-bundle'><b>exported {r.entries} entries</b> "
-            f"({r.bytes:,} bytes) to <code>{html.escape(r.path)}</code>"
+    return (f"<div class='clmagic-bundle'><b>exported {count_of(r.entries, 'entry')}</b> "
+            f"({fmt_bytes(r.bytes)}) to <code>{html.escape(r.path)}</code>"
             f"<table><tr><th>device</th><th>fingerprint</th><th>entries</th></tr>{rows}"
             "</table></div>")
 
@@ -291,7 +386,8 @@ def import_text(r: ImportReport) -> str:
     text = (f"imported {r.imported}, skipped {r.skipped} (already cached), "
             f"failed {r.failed} from {r.path}")
     for fp, d in r.missing_devices.items():
-        text += f"\n  {d['entries']} entries for {d['device']} ({fp}): not on this machine"
+        text += (f"\n  {count_of(d['entries'], 'entry')} for {d['device']} ({fp}): "
+                 "not on this machine")
     for reason in r.reasons[:5]:
         text += f"\n  failed: {reason}"
     return text
@@ -299,7 +395,7 @@ def import_text(r: ImportReport) -> str:
 
 def import_html(r: ImportReport) -> str:
     extra = "".join(
-        f"<li>{d['entries']} entries for {html.escape(d['device'])} "
+        f"<li>{count_of(d['entries'], 'entry')} for {html.escape(d['device'])} "
         f"(<code>{fp}</code>): not on this machine</li>"
         for fp, d in r.missing_devices.items())
     extra += "".join(f"<li>failed: {html.escape(reason)}</li>" for reason in r.reasons[:5])

@@ -9,6 +9,7 @@ import functools
 import html
 import importlib.util
 import io
+import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -52,8 +53,26 @@ def _guard(method: Callable[..., T]) -> Callable[..., T | None]:
     return run
 
 
+_stale: weakref.WeakSet[CacheWidget] = weakref.WeakSet()
+_hooked: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+def _refresh_stale(*_args: Any) -> None:
+    """After a notebook cell ran: refresh the panels whose session changed during it (once per
+    cell, however many builds it made)."""
+    for widget in list(_stale):
+        _stale.discard(widget)
+        widget.refresh()
+
+
 class CacheWidget(w.VBox):
-    """Choose the device for the next ``%%clkernel`` cells, see its entries, clear some or all.
+    """See a device's entries, clear some or all, and choose the device for ``%%clkernel``.
+
+    Looking is not choosing: the ``device`` dropdown picks whose entries are shown;
+    ``use_button`` ("Use for %%clkernel") makes that device the one the next cells build for,
+    and ``building`` says which one that is. The panel follows the session: after each cell that
+    built or cleared through clmagic (each trip, outside a notebook) it re-reads that device's
+    entries.
 
     Parts (attributes): ``device`` (Dropdown, "platform · device"), ``origin`` (Dropdown: all,
     ``cell`` or a module that built through :func:`clmagic.install`; shown once there are
@@ -86,6 +105,9 @@ class CacheWidget(w.VBox):
         self.header = w.HTML(f'{_STYLE}<div class="clmagic-head">{html.escape(ENTRY_HEAD)}</div>')
         self.table = w.SelectMultiple(options=[], rows=10, layout=w.Layout(width="100%"))
         self.table.add_class("clmagic-table")
+        self.use_button = w.Button(description="Use for %%clkernel", icon="check",
+                                   layout=w.Layout(width="auto"))
+        self.building = w.HTML()
         self.refresh_button = w.Button(description="Refresh", icon="refresh")
         self.clear_selected_button = w.Button(description="Clear selected", icon="trash")
         self.clear_all_button = w.Button(description="Clear all for this device",
@@ -100,14 +122,17 @@ class CacheWidget(w.VBox):
         self._with_plot = plot
         self.device.observe(self._on_device, names="value")
         self.origin.observe(self._on_origin, names="value")
+        self.use_button.on_click(self._on_use)
         self.refresh_button.on_click(self._on_refresh)
         self.clear_selected_button.on_click(self._on_clear_selected)
         self.clear_all_button.on_click(self._on_clear_all)
         buttons = w.HBox([self.refresh_button, self.clear_selected_button, self.clear_all_button])
-        self._parts = [self.device, self.header, self.table, buttons, self.status, self.message,
-                       self.errors] + ([self.plot] if plot else [])
+        self._parts = [w.HBox([self.device, self.use_button, self.building]), self.header,
+                       self.table, buttons, self.status, self.message, self.errors] + (
+                           [self.plot] if plot else [])
         super().__init__(self._parts)
         self.add_class("clmagic-widget")
+        self.compiler.history.listen(self._on_session)
         self.refresh()
 
     # -- what the widget shows -----------------------------------------------------------------
@@ -147,8 +172,21 @@ class CacheWidget(w.VBox):
             s.max_size = store.max_size
             total = sum(u.size for u in store.usage_list())
         self.status.value = panel_status_html(entries, s, where, total)
+        self._show_building()
         if self._with_plot:
             self._draw()
+
+    def _show_building(self) -> None:
+        """Say which device ``%%clkernel`` builds on; offer the shown one when it differs."""
+        try:
+            current: _devices.DeviceInfo | None = self.compiler.resolve()[0]
+        except DeviceError:
+            current = None
+        shown = _devices.resolve_device(self.device.value)[0]
+        name = html.escape(current.label) if current else "no device that can build"
+        self.building.value = f"%%clkernel builds on <b>{name}</b>"
+        self.use_button.disabled = (current is not None and current.spec == shown.spec) or (
+            not shown.usable)
 
     def _show_origins(self, origins: set[str]) -> None:
         """Offer the origins seen; the dropdown appears once there is more than one."""
@@ -165,8 +203,7 @@ class CacheWidget(w.VBox):
                 self._updating = False
         shown = len(origins) > 1 or bool(current)
         if shown != (self.origin in self.children):
-            self.children = ([self.device, self.origin] if shown else [self.device]) + \
-                self._parts[1:]
+            self.children = [self._parts[0]] + ([self.origin] if shown else []) + self._parts[1:]
 
     def _draw(self) -> None:
         from matplotlib.figure import Figure
@@ -189,13 +226,37 @@ class CacheWidget(w.VBox):
     @_guard
     def _on_device(self, change: dict[str, Any]) -> None:
         info = _devices.resolve_device(change["new"])[0]
-        if info.usable:
-            self.compiler.select_device(info)
-            text = f"{info.label} is now the device for %%clkernel"
-        else:
-            text = f"{info.label} cannot build here ({info.problem}); %%clkernel keeps its device"
+        text = f"showing the entries of {info.label}"
+        if not info.usable:
+            text += f"; it cannot build here ({info.problem})"
         self.message.value = html.escape(text)
         self.refresh()
+
+    @_guard
+    def _on_use(self, _button: object = None) -> None:
+        info = _devices.resolve_device(self.device.value)[0]
+        if not info.usable:
+            self.message.value = html.escape(f"{info.label} cannot build here ({info.problem})")
+            return
+        self.compiler.select_device(info)
+        self.message.value = html.escape(f"{info.label} is now the device for %%clkernel")
+        self.refresh()
+
+    def _on_session(self) -> None:
+        """The session built or cleared something: refresh after the cell (now, outside one)."""
+        try:
+            from IPython import get_ipython
+
+            shell = get_ipython()
+        except ImportError:
+            shell = None
+        if shell is None:
+            self.refresh()
+            return
+        _stale.add(self)
+        if shell not in _hooked:
+            shell.events.register("post_run_cell", _refresh_stale)
+            _hooked.add(shell)
 
     @_guard
     def _on_origin(self, change: dict[str, Any]) -> None:

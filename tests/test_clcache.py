@@ -113,7 +113,7 @@ def test_stats_history_info_widget(shell, compiler, filled, cache_dir, pocl, ocl
     assert f"CLMAGIC_CACHE_DIR={cache_dir}" in info
     lines = {ln[2:].split()[0]: ln for ln in info.splitlines() if ln[:1] in "* "}
     assert lines[pocl].startswith("*") and "3 entries" in lines[pocl]
-    assert lines[oclgrind].startswith(" ") and "1 entries" in lines[oclgrind]
+    assert lines[oclgrind].startswith(" ") and "1 entry," in lines[oclgrind]
     widget = clcache(shell, "widget")
     assert type(widget).__name__ == "CacheWidget" and len(widget.rows) == 3
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import time
 
 import pandas as pd
@@ -262,3 +263,26 @@ def test_clear_also_removes_use_counts_whose_entry_is_gone(compiler, cache_dir):
     n, freed = compiler.store.clear(r.device.fingerprint)
     assert (n, freed) == (1, entry_bytes + 2)
     assert list((cache_dir / r.device.fingerprint).iterdir()) == []
+
+
+def test_frames_display_a_readable_table_and_keep_the_exact_data(compiler, pocl, oclgrind):
+    import pandas as pd
+
+    a = compiler.build(SAXPY, "-O3 -cl-mad-enable -D TILE=16", device=pocl)
+    compiler.build(OTHER, device=oclgrind)
+    compiler.build(OTHER, device=oclgrind)  # MEMORY
+    cache, history = clmagic.cache_frame(compiler=compiler), clmagic.history_frame(
+        compiler=compiler)
+    assert isinstance(cache, pd.DataFrame) and type(cache.head()) is pd.DataFrame
+    assert set(cache["key"]) >= {a.key} and len(a.key) == 64  # the data stays exact
+    for df in (cache, history):
+        page = df._repr_html_()
+        assert a.key[:12] + "…" in page and a.key not in page  # a short key
+        assert "white-space:nowrap" in page  # no value wrapped over lines
+        assert a.device.label in page  # one device label in both tables
+        assert "pthread" not in page.replace(a.device.label, "")
+        assert f"{a.build_ms:.1f} ms" in page  # ms to one decimal
+        assert not re.search(r"\d\.\d{3,} ms", page)
+        assert not re.search(r"\d\d:\d\d:\d\d\.\d", page)  # times to the second
+        assert "also in the DataFrame:" in page
+    assert "-cl-mad-enable -DTILE=16" in cache._repr_html_()

@@ -35,19 +35,31 @@ def test_widget_device_table_and_clears(compiler, built, pocl, oclgrind):
         f"{built['saxpy'].device.platform_name} · {built['saxpy'].device.device_name}")
     rows = dict((key, text) for text, key in w.rows)
     assert set(rows) == {built["saxpy"].key, built["twice"].key}
-    assert rows[built["saxpy"].key].startswith("saxpy, scale") and "-cl-mad-enable" in (
+    for name, r in built.items():  # each row starts with the entry's short key
+        if name != "ocl":
+            assert rows[r.key].startswith(r.key[:12] + "… ")
+    assert rows[built["saxpy"].key][14:].startswith("saxpy, scale") and "-cl-mad-enable" in (
         rows[built["saxpy"].key])
-    assert rows[built["twice"].key].startswith("twice ")
+    assert rows[built["twice"].key][14:].startswith("twice ")
     assert "<b>2</b> entries" in w.status.value and "hit rate" in w.status.value
     assert bytes(w.plot.value).startswith(b"\x89PNG")
 
-    # choose Oclgrind: it becomes the device of the next builds, POCL's programs leave memory
+    # looking at Oclgrind's entries does not choose it for the builds ...
+    assert "builds on <b>" + built["saxpy"].device.label in w.building.value
+    assert w.use_button.disabled  # POCL shown, and it is the build device
     w.device.value = oclgrind
-    assert compiler.resolve()[0].spec == oclgrind
+    assert compiler.resolve()[0].spec == pocl and "showing the entries of" in w.message.value
+    assert [key for _, key in w.rows] == [built["ocl"].key]
+    assert not w.use_button.disabled
+    # ... "Use for %%clkernel" does: the next builds go there, POCL's programs leave memory
+    w.use_button.click()
+    assert compiler.resolve()[0].spec == oclgrind and w.use_button.disabled
+    assert "Oclgrind Simulator" in w.building.value
     assert not [k for k in compiler._memory if k[0] == built["saxpy"].device.fingerprint]
     assert [key for _, key in w.rows] == [built["ocl"].key]
     assert compiler.build(SAXPY).outcome == "MEMORY"  # the Oclgrind program, still in memory
     w.device.value = pocl
+    w.use_button.click()
     assert compiler.resolve()[0].spec == pocl
 
     # clear one selected entry
@@ -108,3 +120,24 @@ def test_callback_errors_are_shown_in_the_widget(settings, built, pocl):
     assert built["twice"].key in {e.key for e in c.store.entries()}
     w.refresh_button.click()  # the next action that works clears the message
     assert w.errors.value == "" and w.last_error is None
+
+
+def test_the_panel_follows_builds_and_clears_made_elsewhere_once_per_cell(shell, compiler,
+                                                                           pocl):
+    w = clmagic.CacheWidget(compiler, plot=False)
+    assert w.rows == [] and "<b>0</b> entries" in w.status.value
+    refreshes = []
+    real = w.refresh
+    w.refresh = lambda: refreshes.append(1) or real()  # type: ignore[method-assign]
+    three = "\n".join(f"c.build({TWICE.replace('twice', f't{i}')!r})"
+                      for i in range(3))
+    shell.user_ns["c"] = compiler
+    assert shell.run_cell(f"import clmagic\n{three}").success
+    assert len(w.rows) == 3 and "<b>3</b> entries" in w.status.value  # without Refresh
+    assert refreshes == [1]  # once for the cell, not once per build
+    assert shell.run_cell(f"%%clkernel --quiet --device {pocl}\n{SAXPY}").success
+    assert len(w.rows) == 4
+    assert shell.run_cell("clmagic.clear_cache(compiler=c)").success
+    assert w.rows == [] and "<b>0</b> entries" in w.status.value
+    assert shell.run_cell("x = 1").success
+    assert len(refreshes) == 3  # a cell that neither built nor cleared leaves it alone
