@@ -57,6 +57,7 @@ class _Trip:
     queue: cl.CommandQueue
     line_offset: int
     t0: float
+    setup_ms: float = 0.0
 
     @property
     def memo(self) -> tuple[str, str]:
@@ -216,7 +217,9 @@ class Compiler:
     def _start(self, source: str | bytes, options: Options, device: object,
                context: cl.Context | None, line_offset: int) -> _Trip:
         """The device (or the caller's single-device context), its context and queue, and the
-        prepared source; the trip's clock starts after the one-time context creation."""
+        prepared source; the trip's clock starts after the one-time setup of the device (choosing
+        it, its context), which the record keeps apart as ``setup_ms``."""
+        t_setup = time.perf_counter()
         if context is not None:
             info = _devices.adopt_context(context)
             if info is None:
@@ -226,7 +229,9 @@ class Compiler:
             info, dev = self.resolve(device)
         ctx, queue = _devices.context_for(info, dev)
         t0 = time.perf_counter()
-        return _Trip(self._prepare(source, options, info), info, dev, ctx, queue, line_offset, t0)
+        setup = (t0 - t_setup) * 1000  # microseconds, but on a device's first use in a process
+        return _Trip(self._prepare(source, options, info), info, dev, ctx, queue, line_offset, t0,
+                     setup)
 
     def _from_store(self, trip: _Trip) -> tuple[driver.Built | None, str, str]:
         """The program from the store: (built, HIT, note); (None, MISS or CORRUPT, "") when the
@@ -309,6 +314,7 @@ class Compiler:
         saver (the result's ``saved`` and ``note`` wait for them, its ``latest`` does not)."""
         rec = self._record(trip.info, trip.prep, trip.t0, outcome, built, saved=saved, note=note,
                            code_key=code_key, line_offset=trip.line_offset)
+        rec = dataclasses.replace(rec, setup_ms=trip.setup_ms)
         kept = None
         if self._history.active:  # CLMAGIC_RECORD=off without debug: nothing to keep or print
             with self._lock:

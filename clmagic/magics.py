@@ -167,7 +167,9 @@ class CLMagics(Magics):
                 return ctx
         return None
 
-    def _bind(self, result: BuildResult, name: str | None) -> None:
+    def _bind(self, result: BuildResult, name: str | None) -> str:
+        """Bind the kernels (and ``cl_ctx``/``cl_queue``); returns what to say when that moved
+        ``cl_ctx`` to another device, whose buffers the old context's kernels cannot use."""
         ns = self._namespace
         for kname, kernel in result.kernels.items():
             old = ns.get(kname)
@@ -180,8 +182,17 @@ class CLMagics(Magics):
             ns[kname] = kernel
         if name:
             ns[name] = result.program
+        moved = ""
         if self.bind_context:
+            old = ns.get("cl_ctx")
+            if isinstance(old, cl.Context) and old != result.context and (
+                    list(old.devices) != list(result.context.devices)):
+                was = ", ".join(d.name.strip() for d in old.devices)
+                moved = (f"clmagic: cl_ctx and cl_queue now belong to {result.device.label} "
+                         f"(they were {was}'s): buffers made with the old cl_ctx do not work "
+                         "with these kernels; make them again with the new cl_ctx")
             ns["cl_ctx"], ns["cl_queue"] = result.context, result.queue
+        return moved
 
     @magic_arguments()
     @argument("--device", "-d", metavar="SPEC",
@@ -213,13 +224,15 @@ class CLMagics(Magics):
             cell, opts, info, context=self._user_context(dev), use_cache=not args.no_cache,
             line_offset=1,
         )
-        self._bind(result, args.name)
+        moved = self._bind(result, args.name)
         if not result.kernels:
             warn("the cell compiled but defines no __kernel function: nothing bound")
         if not (args.quiet or self.quiet):
             from IPython.display import display
 
             display(result)
+        if moved:  # said even with --quiet: the user's buffers no longer fit
+            print(moved)
 
 
     @magic_arguments()

@@ -60,6 +60,9 @@ class Record:
     build_log: str = ""
     #: added to the source's line numbers in the build log (1 under a ``%%clkernel`` line)
     line_offset: int = 0
+    #: before the trip's clock: choosing the device and making its context (its first use in
+    #: the process: pyopencl and the driver start up); ``ms`` does not include it
+    setup_ms: float = 0.0
     saved_to_store: bool = False
     note: str = ""
     #: who asked for the build: ``cell`` (``%%clkernel`` or :func:`clmagic.build`), else the

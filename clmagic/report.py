@@ -36,6 +36,8 @@ COLOURS = {
     "FAILED": "#6c3483",
 }
 _WORD = {"BYPASS": "BUILD"}
+#: a device's first use (its context made) is said on the line from this many ms
+_SETUP_SHOWN_MS = 5.0
 _WARNING = re.compile(r"\bwarning:", re.IGNORECASE)
 
 
@@ -100,6 +102,11 @@ def _parts(r: BuildResult) -> list[str]:
         timing = f"rebuilt in {_ms(r.build_ms)} (stored entry was damaged)"
     else:
         timing = f"built in {_ms(r.build_ms)}"
+    if r.outcome != "HIT" and r.ms - r.build_ms > max(1.0, 0.05 * r.ms):
+        timing += f", {_ms(r.ms)} in all"  # the key, the store, the save: r.ms is the trip
+    setup = r.record.setup_ms
+    if setup >= _SETUP_SHOWN_MS:  # where a fresh kernel's first cell spends its time
+        timing += f" + {_ms(setup)} to set up the device (first use)"
     parts = [names, timing, r.device.label]
     if r.outcome == "REKEYED":  # "same code as 3f5a…: only comments or spacing changed" first
         parts = [names, r.note, timing, r.device.label]

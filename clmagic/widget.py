@@ -106,7 +106,7 @@ class CacheWidget(w.VBox):
         self.table = w.SelectMultiple(options=[], rows=10, layout=w.Layout(width="100%"))
         self.table.add_class("clmagic-table")
         self.use_button = w.Button(description="Use for %%clkernel", icon="check",
-                                   layout=w.Layout(width="auto"))
+                                   layout=w.Layout(width="auto", min_width="190px"))
         self.building = w.HTML()
         self.refresh_button = w.Button(description="Refresh", icon="refresh")
         self.clear_selected_button = w.Button(description="Clear selected", icon="trash")
@@ -127,7 +127,7 @@ class CacheWidget(w.VBox):
         self.clear_selected_button.on_click(self._on_clear_selected)
         self.clear_all_button.on_click(self._on_clear_all)
         buttons = w.HBox([self.refresh_button, self.clear_selected_button, self.clear_all_button])
-        self._parts = [w.HBox([self.device, self.use_button, self.building]), self.header,
+        self._parts = [w.HBox([self.device, self.use_button]), self.building, self.header,
                        self.table, buttons, self.status, self.message, self.errors] + (
                            [self.plot] if plot else [])
         super().__init__(self._parts)
@@ -203,7 +203,7 @@ class CacheWidget(w.VBox):
                 self._updating = False
         shown = len(origins) > 1 or bool(current)
         if shown != (self.origin in self.children):
-            self.children = [self._parts[0]] + ([self.origin] if shown else []) + self._parts[1:]
+            self.children = self._parts[:2] + ([self.origin] if shown else []) + self._parts[2:]
 
     def _draw(self) -> None:
         from matplotlib.figure import Figure

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -177,11 +178,17 @@ def test_notebook_1_in_jupyterlab_shows_miss_then_hit_and_the_cache_panel(lab, p
     expect_text(status, "2 entries")  # saxpy and twice, for POCL
     dropdown = panel.locator(".widget-dropdown select")
     assert dropdown.locator("option").count() == len(clmagic.list_devices())
-    dropdown.select_option(label=device_label(oclgrind))
-    expect_text(panel, "Oclgrind Simulator is now the device for %%clkernel")
+    dropdown.select_option(label=device_label(oclgrind))  # looking at Oclgrind's entries ...
+    expect_text(panel, "showing the entries of Oclgrind Simulator")
     expect_text(status, "0 entries")
+    expect_text(panel, f"%%clkernel builds on {clmagic.resolve_device(pocl)[0].label}")
+    panel.get_by_role("button", name="Use for %%clkernel").click()  # ... choosing it
+    expect_text(panel, "Oclgrind Simulator is now the device for %%clkernel")
+    expect_text(panel, "%%clkernel builds on Oclgrind Simulator")
     dropdown.select_option(label=device_label(pocl))
     expect_text(status, "2 entries")
+    panel.get_by_role("button", name="Use for %%clkernel").click()
+    expect_text(panel, f"%%clkernel builds on {clmagic.resolve_device(pocl)[0].label}")
     panel.screenshot(path=str(ARTIFACTS / "browser-01-panel.png"))
     clear_all = panel.get_by_role("button", name="Clear all for this device")
     clear_all.click()
@@ -367,10 +374,25 @@ __kernel void saxpy(const float a, __global const float *x, __global float *y)
     y[i] = a * x[i] + y[i];
 }"""
 
+WARNING_CELL = """\
+%%clkernel
+__kernel void w(__global int *a)
+{
+    int i = get_global_id(0);
+    if (i = 0) a[0] = 1;
+}"""
+
 NEW_USER_CELLS = {
     "load": "%load_ext clmagic\nimport clmagic",
     "saxpy": SAXPY_CELL,
+    "warn": WARNING_CELL,
+    "widget": "%clcache widget",
+    "more": "r = clmagic.build('__kernel void twice(__global float *y) "
+            "{ y[get_global_id(0)] *= 2.0f; }')",
+    "frame": "clmagic.cache_frame()",
+    "history": "%clcache history",
     "plot": "clmagic.plot_history()",
+    "moved": SAXPY_CELL.replace("--opts -O3", "--device oclgrind", 1),
     "typo": SAXPY_CELL.replace("--opts", "--opt", 1),  # last: Run All stops at an error
 }
 
@@ -396,13 +418,57 @@ def cell(page, cells: dict[str, str], name: str):
     return page.locator(".jp-Notebook .jp-CodeCell").nth(list(cells).index(name))
 
 
-def test_a_new_user_notebook_reads_clearly(lab, page, tmp_path):
+def test_a_new_user_notebook_reads_clearly(lab, page, tmp_path, pocl, oclgrind):
     url, cache = lab
     ARTIFACTS.mkdir(exist_ok=True)
     cells = NEW_USER_CELLS
     open_new_notebook(page, url, tmp_path / "root", "new-user.ipynb", cells)
-    page.wait_for_function(  # the typo cell's error, the last cell, is on the page
-        "() => document.querySelectorAll('.jp-OutputArea-output').length >= 3")
+    expect_text(cell(page, cells, "typo").locator(".jp-OutputArea"), "not an option")
+
+    # item 5: a warning is on the result line, counted; its text has the cell's line numbers,
+    # no temp file; the driver's "1 warning generated." is not in a red stderr box
+    warn = cell(page, cells, "warn")
+    result = warn.locator(".clmagic-result")
+    expect_text(result, "MISS")
+    assert result.inner_text().splitlines()[0].endswith("1 warning")
+    assert warn.locator("[data-mime-type='application/vnd.jupyter.stderr']").count() == 0
+    warn.locator(".clmagic-result summary").click()
+    expect_text(result, "warning: line 5:11: using the result of an assignment")
+    assert "tempfile" not in result.inner_text() and ".cl:" not in result.inner_text()
+    warn.scroll_into_view_if_needed()
+    warn.screenshot(path=str(ARTIFACTS / "browser-16-warning.png"))
+
+    # item 2: the panel made before the "more" cell counts that cell's entry, unasked
+    panel = cell(page, cells, "widget").locator(".clmagic-widget")
+    status = panel.locator(".widget-html").filter(has_text="entries ·")
+    expect_text(status, "3 entries")  # saxpy, w and twice: POCL's
+    # item 1: looking at a device's entries does not choose it; the button does
+    building = f"%%clkernel builds on {clmagic.resolve_device(pocl)[0].label}"
+    expect_text(panel, building)
+    panel.locator(".widget-dropdown select").first.select_option(
+        label=device_label(oclgrind))
+    expect_text(panel, "showing the entries of Oclgrind Simulator")
+    expect_text(panel, building)  # still
+    panel.scroll_into_view_if_needed()
+    panel.screenshot(path=str(ARTIFACTS / "browser-16-panel.png"))
+    # ... and a build that moves cl_ctx to another device says so under its cell
+    moved = cell(page, cells, "moved")
+    expect_text(moved.locator(".jp-OutputArea"),
+                "cl_ctx and cl_queue now belong to Oclgrind Simulator")
+
+    # item 4: the tables read clearly: short keys, one device label, no wrapped values
+    for name in ("frame", "history"):
+        table = cell(page, cells, name).locator(".clmagic-frame table")
+        expect_count(table, 1)
+        text = table.inner_text()
+        assert re.search(r"\b[0-9a-f]{12}…", text) and not re.search(r"[0-9a-f]{20}", text)
+        assert clmagic.resolve_device(pocl)[0].label in text
+        assert not re.search(r"\d\.\d{3,} ms", text)
+        heights = table.locator("tbody tr").evaluate_all(
+            "rows => rows.map(r => r.getBoundingClientRect().height)")
+        assert heights and max(heights) < 2 * min(heights)  # one line per row: nothing wraps
+        cell(page, cells, name).scroll_into_view_if_needed()
+        cell(page, cells, name).screenshot(path=str(ARTIFACTS / f"browser-16-{name}.png"))
 
     # item 3: plot_history() draws its figure once, as the cell's value
     plot = cell(page, cells, "plot")

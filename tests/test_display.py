@@ -11,6 +11,8 @@ import sys
 from conftest import child_env
 from IPython.utils.capture import capture_output
 
+from clmagic.report import fmt_ms
+
 WARNS = """\
 __kernel void w(__global int *a)
 {
@@ -52,3 +54,34 @@ def test_the_driver_chatter_stays_off_stderr_and_the_rest_goes_through(pocl):
     assert "warning:" in json.loads(proc.stdout.splitlines()[-1])  # the log has the warning
     assert "generated" not in proc.stderr
     assert proc.stderr.strip() == "the driver said something else"
+
+
+def test_a_build_that_moves_cl_ctx_to_another_device_says_so(shell, pocl, oclgrind):
+    saxpy = "__kernel void k(__global float *y) { y[get_global_id(0)] = 1.0f; }\n"
+    with capture_output() as first:
+        assert shell.run_cell(f"%%clkernel --quiet --device {pocl}\n{saxpy}").success
+    with capture_output() as same:
+        assert shell.run_cell(f"%%clkernel --quiet --device {pocl}\n{saxpy}").success
+    assert "cl_ctx" not in first.stdout + same.stdout  # first binding, same device: nothing
+    with capture_output() as moved:
+        assert shell.run_cell(f"%%clkernel --quiet --device {oclgrind}\n{saxpy}").success
+    (line,) = moved.stdout.splitlines()
+    assert line.startswith("clmagic: cl_ctx and cl_queue now belong to Oclgrind Simulator")
+    assert "buffers made with the old cl_ctx do not work" in line
+
+
+def test_the_line_says_where_a_trip_spent_its_time(compiler, oclgrind):
+    from clmagic import devices
+
+    devices.forget_contexts()  # a fresh kernel: the device's first use
+    source = "__kernel void f(__global float *y) { y[0] = 3.0f; }\n"
+    first = compiler.build(source, device=oclgrind)
+    again = compiler.build(source.replace("3.0f", "4.0f"), device=oclgrind)
+    assert first.record.setup_ms > again.record.setup_ms  # the context was made by the first
+    said = f"+ {fmt_ms(first.record.setup_ms)} to set up the device (first use)"
+    assert (said in str(first)) == (first.record.setup_ms >= 5)
+    assert "set up the device" not in str(again)  # said once
+    line = str(again)
+    assert line.startswith("MISS") and f"built in {fmt_ms(again.build_ms)}" in line
+    if again.ms - again.build_ms > max(1.0, 0.05 * again.ms):
+        assert f"{fmt_ms(again.ms)} in all" in line  # r.ms, the trip, is on the line too
