@@ -27,6 +27,7 @@ from .errors import BuildError, ClmagicError, CorruptEntry, DeviceError
 from .includes import strip_comments
 from .key import CodeKey, code_key_of
 from .lifetime import Counters
+from .missed import why_missed
 from .options import BuildOptions
 from .prepare import Options, Prepared, prepare
 from .programs import served_from as _served_from
@@ -203,7 +204,12 @@ class Compiler:
         if self._store is None:
             return self._finish(trip, outcome, built, note="cache off (memory only)",
                                 code_key=code.key)
-        return self._finish(trip, outcome, built, note="saving", code_key=code.key, save=True)
+        why = ""
+        if outcome == Outcome.MISS:  # listed before this build's own entry is saved
+            why = why_missed(self._store, self._record(trip.info, trip.prep, trip.t0, outcome,
+                                                       built, code_key=code.key))
+        return self._finish(trip, outcome, built, note="saving", code_key=code.key, save=True,
+                            why=why)
 
     def _bypass(self, trip: _Trip) -> BuildResult:
         """Build with the driver alone: asked for, or includes the key cannot cover."""
@@ -309,9 +315,11 @@ class Compiler:
         self._history.changed()
 
     def _finish(self, trip: _Trip, outcome: str, built: driver.Built, saved: bool = False,
-                note: str = "", code_key: str | None = None, save: bool = False) -> BuildResult:
+                note: str = "", code_key: str | None = None, save: bool = False,
+                why: str = "") -> BuildResult:
         """The trip's result; with ``save``, the binary readout and save are left to the
-        saver (the result's ``saved`` and ``note`` wait for them, its ``latest`` does not)."""
+        saver (the result's ``saved`` and ``note`` wait for them, its ``latest`` does not);
+        ``why`` (what is new, for a MISS) is added to the save's note."""
         rec = self._record(trip.info, trip.prep, trip.t0, outcome, built, saved=saved, note=note,
                            code_key=code_key, line_offset=trip.line_offset)
         rec = dataclasses.replace(rec, setup_ms=trip.setup_ms)
@@ -321,13 +329,13 @@ class Compiler:
                 kept = self._history.add(rec)
         if not save:
             self.counters.add(rec.fingerprint, outcome, 1, rec.saved_ms)
-        pending = self._save_later(rec, kept, built.program, trip.dev) if save else None
+        pending = self._save_later(rec, kept, built.program, trip.dev, why) if save else None
         self._history.changed()
         return BuildResult(built.program, built.kernels, trip.ctx, trip.queue, trip.prep.opts,
                            rec, pending)
 
     def _save_later(self, rec: Record, kept: Record | None, program: cl.Program,
-                    dev: cl.Device) -> Pending[Record]:
+                    dev: cl.Device, why: str = "") -> Pending[Record]:
         """Read out and save the binary of ``rec``'s build on the saver's thread; the history's
         record (``kept``) then says how it ended."""
         pending: Pending[Record] = Pending(rec)
@@ -336,6 +344,7 @@ class Compiler:
             saved, note = False, "not saved"
             try:
                 saved, note = self._save(rec, program, dev)
+                note = f"{note} · {why}" if why else note
             except Exception as exc:  # whatever went wrong, the build stands and nobody hangs
                 note = f"not saved ({exc})"
                 warn_once(f"clmagic could not save {rec.key[:12]} ({exc})")

@@ -391,6 +391,7 @@ NEW_USER_CELLS = {
             "{ y[get_global_id(0)] *= 2.0f; }')",
     "frame": "clmagic.cache_frame()",
     "history": "%clcache history",
+    "why": SAXPY_CELL.replace("-O3", "-cl-mad-enable", 1),
     "plot": "clmagic.plot_history()",
     "moved": SAXPY_CELL.replace("--opts -O3", "--device oclgrind", 1),
     "typo": SAXPY_CELL.replace("--opts", "--opt", 1),  # last: Run All stops at an error
@@ -441,7 +442,7 @@ def test_a_new_user_notebook_reads_clearly(lab, page, tmp_path, pocl, oclgrind):
     # item 2: the panel made before the "more" cell counts that cell's entry, unasked
     panel = cell(page, cells, "widget").locator(".clmagic-widget")
     status = panel.locator(".widget-html").filter(has_text="entries ·")
-    expect_text(status, "3 entries")  # saxpy, w and twice: POCL's
+    expect_text(status, "4 entries")  # saxpy, w, twice and saxpy again ("why"): POCL's
     # item 1: looking at a device's entries does not choose it; the button does
     building = f"%%clkernel builds on {clmagic.resolve_device(pocl)[0].label}"
     expect_text(panel, building)
@@ -469,6 +470,11 @@ def test_a_new_user_notebook_reads_clearly(lab, page, tmp_path, pocl, oclgrind):
         assert heights and max(heights) < 2 * min(heights)  # one line per row: nothing wraps
         cell(page, cells, name).scroll_into_view_if_needed()
         cell(page, cells, name).screenshot(path=str(ARTIFACTS / f"browser-16-{name}.png"))
+
+    # item 6: a MISS says what is new against the closest entry of the same kernels
+    why = cell(page, cells, "why").locator(".clmagic-result")
+    expect_text(why, "new options (the closest entry,")
+    cell(page, cells, "why").screenshot(path=str(ARTIFACTS / "browser-16-why.png"))
 
     # item 3: plot_history() draws its figure once, as the cell's value
     plot = cell(page, cells, "plot")

@@ -85,3 +85,25 @@ def test_the_line_says_where_a_trip_spent_its_time(compiler, oclgrind):
     assert line.startswith("MISS") and f"built in {fmt_ms(again.build_ms)}" in line
     if again.ms - again.build_ms > max(1.0, 0.05 * again.ms):
         assert f"{fmt_ms(again.ms)} in all" in line  # r.ms, the trip, is on the line too
+
+
+def test_a_miss_says_what_is_new_against_the_closest_entry(compiler, oclgrind, tmp_path,
+                                                           monkeypatch):
+    src = "__kernel void m(__global float *y) { y[get_global_id(0)] *= 2.0f; }\n"
+    first = compiler.build(src, device=oclgrind)
+    assert first.note.endswith("first build of these kernels on this device")
+    opts = compiler.build(src, "-cl-mad-enable", device=oclgrind)
+    assert f"new options (the closest entry, {first.key[:4]}…, had none)" in opts.note
+    longer = compiler.build(src.replace("2.0f", "2.0f + 1.0f"), device=oclgrind)
+    assert (f"new source ({first.key[:4]}… of the same kernels and options had {len(src)} bytes, "
+            f"this has {len(src) + 7})") in longer.note
+    same_size = compiler.build(src.replace("2.0f", "3.0f"), device=oclgrind)
+    assert same_size.note.endswith("'s)") and "new source (same size as" in same_size.note
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "h.h").write_text("#define F 2.0f\n")
+    inc = '#include "h.h"\n' + src.replace("2.0f", "F")
+    compiler.build(inc, device=oclgrind)
+    (tmp_path / "h.h").write_text("#define F 4.0f\n")  # the header changed, not the source
+    again = compiler.build(inc, device=oclgrind)
+    assert again.outcome == "MISS" and "new source or header contents" in again.note
+    assert compiler.build(inc, device=oclgrind).outcome == "MEMORY"  # no reason on non-misses
