@@ -79,7 +79,7 @@ def _demo(args: argparse.Namespace) -> int:
 def _demo_runs(args: argparse.Namespace, cache_dir: str) -> int:
     env = {**os.environ, "POCL_KERNEL_CACHE": "0", "CUDA_CACHE_DISABLE": "1"}
     print(f"clmagic demo: cache at {cache_dir} (driver caches off); two separate processes")
-    cmd = [sys.executable, "-m", "clmagic", "_demo-child", "--cache-dir", cache_dir]
+    cmd = [sys.executable, "-m", "clmagic", _CHILD, "--cache-dir", cache_dir]
     if args.device:
         cmd += ["--device", args.device]
     cmd.append(f"--opts={args.opts}")
@@ -163,18 +163,28 @@ def _run(args: argparse.Namespace) -> int:
     return 1
 
 
+def _demo_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--cache-dir", default=None, help="cache folder (default: a temp folder)")
+    p.add_argument("--device", default=None, help='device spec, e.g. "pocl" or "0:0"')
+    p.add_argument("--opts", default="-O3", help="build options (default: -O3)")
+
+
+#: the demo's child process (``clmagic _demo-child``): parsed apart, so that no usage, help or
+#: "invalid choice" message lists it
+_CHILD = "_demo-child"
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``clmagic`` parser: one subcommand per task (handlers in :mod:`clmagic.commands`)."""
+    from ._version import __version__
+
     parser = argparse.ArgumentParser(
         prog="clmagic", description="clmagic: OpenCL kernels through a persistent binary cache.",
         epilog="exit status: 0 done, 1 the work failed (in part), 2 bad input or usage")
+    parser.add_argument("--version", action="version", version=f"clmagic {__version__}")
     sub = parser.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
-    demo = sub.add_parser("demo", help="compile a kernel in two processes: MISS, then HIT")
-    child = sub.add_parser("_demo-child")
-    for p in (demo, child):
-        p.add_argument("--cache-dir", default=None, help="cache folder (default: a temp folder)")
-        p.add_argument("--device", default=None, help='device spec, e.g. "pocl" or "0:0"')
-        p.add_argument("--opts", default="-O3", help="build options (default: -O3)")
+    _demo_arguments(sub.add_parser("demo", help="compile a kernel in two processes: MISS, "
+                                                "then HIT"))
     sub.add_parser("devices", help="list OpenCL devices (* = default), and those that "
                    "cannot build here")
     sub.add_parser("info", help="where the cache is, settings in effect, devices")
@@ -270,10 +280,15 @@ def main(argv: list[str] | None = None) -> int:
     from .errors import ClmagicError
 
     argv = _join_dash_values(sys.argv[1:] if argv is None else list(argv))
-    args = build_parser().parse_args(argv)
+    if argv[:1] == [_CHILD]:
+        child = argparse.ArgumentParser(prog=f"clmagic {_CHILD}")
+        _demo_arguments(child)
+        args = child.parse_args(argv[1:])
+        args.cmd = _CHILD
+    else:
+        args = build_parser().parse_args(argv)
     handler: dict[str, Callable[[argparse.Namespace], int]] = {
-        "demo": _demo, "_demo-child": _demo_child, "devices": _devices, "info": _info,
-        "run": _run}
+        "demo": _demo, _CHILD: _demo_child, "devices": _devices, "info": _info, "run": _run}
     if args.cmd not in handler:
         from . import commands
 

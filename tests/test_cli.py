@@ -33,3 +33,15 @@ def test_devices_marks_the_default(pocl):
     proc = clmagic("devices", CLMAGIC_DEVICE=pocl)
     marked = [ln for ln in proc.stdout.splitlines() if ln.startswith("*")]
     assert proc.returncode == 0 and len(marked) == 1 and pocl in marked[0]
+
+
+def test_version_and_no_internal_command_or_markup_in_what_a_user_reads():
+    from clmagic._version import __version__
+
+    version = clmagic("--version")
+    assert version.returncode == 0 and version.stdout.strip() == f"clmagic {__version__}"
+    helped, wrong = clmagic("--help"), clmagic("bogus")
+    assert helped.returncode == 0 and wrong.returncode == 2
+    for text in (helped.stdout, wrong.stderr):
+        assert "_demo-child" not in text and "``" not in text
+    assert "invalid choice: 'bogus'" in wrong.stderr and "'demo'" in wrong.stderr
