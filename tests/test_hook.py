@@ -367,7 +367,7 @@ def test_the_widget_filters_by_origin(hooked, pocl):
     assert [v for _, v in panel.origin.options] == ["", "cell", __name__]
     assert len(panel.rows) == 2
     panel.origin.value = __name__
-    assert [text.split()[0] for text, _ in panel.rows] == ["saxpy,"] and len(panel.rows) == 1
+    assert [text.split()[1] for text, _ in panel.rows] == ["saxpy,"] and len(panel.rows) == 1
     assert "hit rate <b>0%</b>" in panel.status.value
     panel.clear_all_button.click()
     panel.clear_all_button.click()  # confirmed: clears what the table shows, not the cell's

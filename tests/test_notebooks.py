@@ -172,7 +172,7 @@ def test_managing_and_sharing(twice):
     for nb in (first, second):
         assert any(WIDGET in o.get("data", {}) for o in output_of(nb, "panel = clmagic.Cache"))
         cleared = text_of(output_of(nb, "clear_selected_button.click()"))
-        assert cleared.startswith("removed 1 entry") and "1 entries left" in cleared
+        assert cleared.startswith("removed 1 entry") and "entries left: 1 for" in cleared
         sqlite_rows = frame_rows(output_of(nb, "pd.read_sql_query"))
         assert list(sqlite_rows) == ["0"] and sqlite_rows["0"]["hits"] == "1"  # one entry, one hit
         assert text_of(output_of(nb, "export_bundle")).startswith("exported 2 entries")
