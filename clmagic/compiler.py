@@ -208,8 +208,8 @@ class Compiler:
         if outcome == Outcome.MISS:  # listed before this build's own entry is saved
             why = why_missed(self._store, self._record(trip.info, trip.prep, trip.t0, outcome,
                                                        built, code_key=code.key))
-        return self._finish(trip, outcome, built, note="saving", code_key=code.key, save=True,
-                            why=why)
+        return self._finish(trip, outcome, built, note=f"{why} · saving" if why else "saving",
+                            code_key=code.key, save=True, why=why)
 
     def _bypass(self, trip: _Trip) -> BuildResult:
         """Build with the driver alone: asked for, or includes the key cannot cover."""
@@ -344,7 +344,7 @@ class Compiler:
             saved, note = False, "not saved"
             try:
                 saved, note = self._save(rec, program, dev)
-                note = f"{note} · {why}" if why else note
+                note = f"{why} · {note}" if why else note
             except Exception as exc:  # whatever went wrong, the build stands and nobody hangs
                 note = f"not saved ({exc})"
                 warn_once(f"clmagic could not save {rec.key[:12]} ({exc})")

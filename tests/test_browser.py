@@ -473,7 +473,7 @@ def test_a_new_user_notebook_reads_clearly(lab, page, tmp_path, pocl, oclgrind):
 
     # item 6: a MISS says what is new against the closest entry of the same kernels
     why = cell(page, cells, "why").locator(".clmagic-result")
-    expect_text(why, "new options (the closest entry,")
+    expect_text(why, "new options (the closest entry,")  # said at once, before the save ends
     cell(page, cells, "why").screenshot(path=str(ARTIFACTS / "browser-16-why.png"))
 
     # item 3: plot_history() draws its figure once, as the cell's value

@@ -91,14 +91,14 @@ def test_a_miss_says_what_is_new_against_the_closest_entry(compiler, oclgrind, t
                                                            monkeypatch):
     src = "__kernel void m(__global float *y) { y[get_global_id(0)] *= 2.0f; }\n"
     first = compiler.build(src, device=oclgrind)
-    assert first.note.endswith("first build of these kernels on this device")
+    assert first.note.startswith("first build of these kernels on this device")
     opts = compiler.build(src, "-cl-mad-enable", device=oclgrind)
     assert f"new options (the closest entry, {first.key[:4]}…, had none)" in opts.note
     longer = compiler.build(src.replace("2.0f", "2.0f + 1.0f"), device=oclgrind)
     assert (f"new source ({first.key[:4]}… of the same kernels and options had {len(src)} bytes, "
             f"this has {len(src) + 7})") in longer.note
     same_size = compiler.build(src.replace("2.0f", "3.0f"), device=oclgrind)
-    assert same_size.note.endswith("'s)") and "new source (same size as" in same_size.note
+    assert "new source (same size as" in same_size.note
     monkeypatch.chdir(tmp_path)
     (tmp_path / "h.h").write_text("#define F 2.0f\n")
     inc = '#include "h.h"\n' + src.replace("2.0f", "F")
