@@ -4,11 +4,16 @@ A bundle is a SQLite store file (see :mod:`clmagic.store.sqlite`) plus a ``manif
 (clmagic version, created, devices with their fingerprints, entry count). Import treats the
 file as untrusted: it is opened immutable and read-only, only plain tables are read, sizes are
 bounded before anything is loaded, every binary's checksum is verified, nothing is executed,
-and an entry already in the local cache is never overwritten.
+and an entry already in the local cache is never overwritten. Every entry's seal is checked (its
+digest: what it was built for); with a team secret (``CLMAGIC_CACHE_SECRET``) export signs every
+entry, and import refuses (and counts) entries that are unsigned or signed with another secret.
+Imported binaries that no valid signature vouches for are marked ``untrusted``: the first load
+proves them loadable in a child process (:mod:`clmagic.vet`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sqlite3
@@ -115,6 +120,7 @@ def _export(path: str | os.PathLike[str], device: object, kernels: str | list[st
     tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     tmp.unlink(missing_ok=True)
     bundle = SQLiteStore(tmp)
+    bundle.secret = _secret(source)  # signed with the team secret, when there is one
     devices: dict[str, dict[str, Any]] = {}
     count = size = failed = 0
     batch: list[Entry] = []
@@ -195,6 +201,7 @@ def import_bundle(path: str | os.PathLike[str], *, store: Store | None = None) -
         raise ClmagicError(f"the cache at {target.location} is read-only ({target.reason})")
     bundle = Path(path)
     source = _open_untrusted(bundle)
+    source.shared, source.secret = True, _secret(target)  # written by anyone: vetted as such
     report = ImportReport(str(bundle))
     try:
         for name, value in source.manifest(limit=100):
@@ -245,6 +252,9 @@ def _import_rows(source: SQLiteStore, rows: list[tuple[Any, ...]], target: Store
             continue
         if entry is None:
             continue
+        if entry.foreign:  # proven loadable before this machine loads it (or signed)
+            entry = Entry(dataclasses.replace(entry.meta, untrusted=f"bundle {source.path.name}"),
+                          binary=entry.binary)
         try:
             present = target.get(fp, key) is not None
         except CorruptEntry:
@@ -261,6 +271,11 @@ def _import_rows(source: SQLiteStore, rows: list[tuple[Any, ...]], target: Store
     _flush(target, batch, report)
     report.missing_devices = {fp: {"device": names[fp], "entries": n}
                               for fp, n in missing.items()}
+
+
+def _secret(store: Store) -> bytes | None:
+    """The team secret a store was opened with (a layered store's: its local layer's)."""
+    return (store.local if isinstance(store, LayeredStore) else store).secret
 
 
 def _flush(target: Store, batch: list[Entry], report: ImportReport) -> None:

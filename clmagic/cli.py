@@ -216,6 +216,8 @@ def build_parser() -> argparse.ArgumentParser:
     clear.add_argument("--device", "-d", metavar="SPEC", help="only this device's entries")
     clear.add_argument("--older-than", metavar="AGE", help="only entries unused for AGE (7d)")
     clear.add_argument("--origin", metavar="MODULE", help=ORIGIN_HELP)
+    clear.add_argument("--remote", action="store_true",
+                       help="the team's shared store too (CLMAGIC_REMOTE, or a Redis cache)")
     clear.add_argument("--yes", "-y", action="store_true",
                        help="clear everything without asking (asked only on a terminal)")
     clear.add_argument("--json", action="store_true", help="say what was removed as JSON")

@@ -115,7 +115,8 @@ def _clear(args: argparse.Namespace) -> int:
         if not _confirm(f"remove every entry of {c.store.location}?"):  # type: ignore
             print("nothing removed")
             return 1
-    removed = manage.clear_cache(args.device, args.older_than, args.keys, c, origin=args.origin)
+    removed = manage.clear_cache(args.device, args.older_than, args.keys, c, origin=args.origin,
+                                 remote=args.remote)
     if args.json:
         _print_json({"entries": removed.entries, "bytes": removed.bytes,
                      "location": removed.location})

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import pyopencl as cl
 
 from . import devices as _devices
-from . import driver, programs
+from . import driver, programs, vet
 from .config import Settings, warn_once
 from .devices import DeviceInfo
 from .entry import Entry
@@ -425,6 +425,8 @@ class Compiler:
               opts: BuildOptions, kernels: bool = True) -> driver.Built:
         """The program made from the entries' binaries, one per device of ``devs``; the first
         entry's original build time and log go with it."""
+        for e in entries:  # a binary from elsewhere: proven loadable in a child first
+            vet.vouch(e, opts.effective, self.store)
         try:
             built = driver.from_binaries(ctx, devs, [e.binary or b"" for e in entries],
                                          opts.effective, kernels)

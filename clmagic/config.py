@@ -26,6 +26,8 @@ _DEFAULT = {"", "1", "default", "on", "true", "yes"}
 _TRUE = {"1", "true", "yes", "on"}
 
 _warned: set[str] = set()
+#: the variable that holds the team secret (never printed)
+SECRET_VAR = "CLMAGIC_CACHE_SECRET"
 
 #: size limit of a directory or SQLite cache unless CLMAGIC_CACHE_MAX_SIZE says otherwise
 DEFAULT_MAX_SIZE = 1 << 30
@@ -152,6 +154,8 @@ class Settings:
     memory_max: int = DEFAULT_MEMORY_MAX
     env: dict[str, str] = field(default_factory=dict)
     origins: dict[str, str] = field(default_factory=dict)
+    #: the team secret entries are signed with (``CLMAGIC_CACHE_SECRET``); never shown
+    secret: bytes | None = field(default=None, repr=False)
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> Settings:
@@ -169,6 +173,9 @@ class Settings:
         limit; default 1 GiB) bounds the cache; ``CLMAGIC_MEMORY_MAX`` (default 256) the
         programs kept in memory. A value that cannot be used is warned about once and the
         default applies.
+        ``CLMAGIC_CACHE_SECRET``: the team secret entries are signed with (HMAC-SHA256); stores
+        others write then serve only entries signed with it. It is shown as ``***`` wherever
+        the variables are shown.
         """
         env = dict(os.environ if environ is None else environ)
         raw = env.get("CLMAGIC_CACHE_DIR")
@@ -194,6 +201,9 @@ class Settings:
             warn_once(f"CLMAGIC_REMOTE_TTL={ttl_raw!r} is not a positive number of seconds; "
                       "entries do not expire")
         shown = {k: v for k, v in env.items() if k.startswith(("CLMAGIC_", "PYOPENCL_", "POCL_"))}
+        secret = (env.get(SECRET_VAR) or "").strip()
+        if SECRET_VAR in shown:
+            shown[SECRET_VAR] = "***" if secret else ""
         trust = env.get("CLMAGIC_CACHE_TRUST", "").strip().lower() in _TRUE
         origins = {}
         for name, names in VARIABLES.items():
@@ -205,7 +215,8 @@ class Settings:
                            "memory_max")
         return cls(cache=cache, debug=debug, record=record, device=device, trust=trust,
                    remote=remote or None, remote_ttl=ttl, max_size=max_size,
-                   memory_max=memory_max, env=shown, origins=origins)
+                   memory_max=memory_max, env=shown, origins=origins,
+                   secret=secret.encode() if secret else None)
 
     def describe(self) -> list[tuple[str, str, str, str]]:
         """Every setting as (name, variable, value, origin), like ``ccache -p``."""
@@ -218,6 +229,8 @@ class Settings:
                 value = "memory only"
             rows.append((name, names[0], "" if value is None else str(value),
                          self.origins.get(name, "default")))
+        rows.append(("secret", SECRET_VAR, "***" if self.secret else "",
+                     "environment" if self.secret else "default"))  # never the value
         return rows
 
 

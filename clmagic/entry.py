@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import hmac
 import json
 import math
 import struct
@@ -33,6 +34,7 @@ from typing import IO, Any
 from .errors import CorruptEntry
 
 __all__ = ["Entry", "EntryMeta", "Usage", "sane_time", "MAX_TIME", "FORMAT_VERSION", "MAGIC",
+           "canonical", "seal", "signed",
            "encode", "decode",
            "read_meta", "HEADER", "check_meta", "check_binary", "META_FIELDS", "SQL_FIELDS"]
 
@@ -45,11 +47,12 @@ MAX_LOG = 64 << 10
 
 
 def _f(*, shown: bool = False, column: bool = False, time: bool = False, omit: bool = False,
-       default: Any = dataclasses.MISSING) -> Any:
+       default: Any = dataclasses.MISSING, compare: bool = True) -> Any:
     """A metadata field: ``shown`` in the entries DataFrame, a ``column`` of its own in the
     SQLite store (the rest goes to its ``extra`` JSON), an epoch ``time``; ``omit``: not
-    written at its default (a field newer than the format, absent from older entries)."""
-    return field(default=default,
+    written at its default (a field newer than the format, absent from older entries);
+    ``compare=False``: about the entry, not what was built (equal metadata may differ in it)."""
+    return field(default=default, compare=compare,
                  metadata={"shown": shown, "column": column, "time": time, "omit": omit})
 
 
@@ -82,6 +85,14 @@ class EntryMeta:
     #: the key of the entry whose binary this one reuses (a REKEYED save), else ""; its build
     #: log's line numbers are that source's
     rekeyed_from: str = _f(default="", omit=True)
+    #: where the binary came from when not from a build on this machine, until it is proven
+    #: loadable here ("bundle NAME", "remote URL"); "" for this machine's own builds
+    untrusted: str = _f(default="", omit=True, compare=False)
+    #: SHA-256 of the canonical metadata (every field above, the format version): what the entry
+    #: was built for (key, device, binary checksum) cannot be moved or edited apart from it
+    digest: str = _f(default="", omit=True, compare=False)
+    #: HMAC-SHA256 of the same bytes with the team secret (CLMAGIC_CACHE_SECRET), "" unsigned
+    signature: str = _f(default="", omit=True, compare=False)
     other: Mapping[str, Any] = field(default_factory=dict, compare=True)
 
     @classmethod
@@ -149,6 +160,9 @@ class Entry:
     meta: EntryMeta
     usage: Usage = Usage()
     binary: bytes | None = None
+    #: why the binary must be proven loadable before this process loads it (it came from a
+    #: bundle or a store others write, and no valid team signature vouches for it), else ""
+    foreign: str = field(default="", compare=False)
 
     @property
     def key(self) -> str:
@@ -181,7 +195,9 @@ class Entry:
     @classmethod
     def create(cls, key: str, fingerprint: str, binary: bytes, **fields: Any) -> Entry:
         """A new entry; fills ``binary_bytes``, ``binary_sha256`` and trims the build log.
-        Unknown keyword fields are kept in ``meta.other``."""
+        Unknown keyword fields are kept in ``meta.other``; a seal among them (``digest``,
+        ``signature``: another entry's) is dropped, the store seals what it writes."""
+        fields = {k: v for k, v in fields.items() if k not in _SEAL}
         raw = dict(fields, key=key, fingerprint=fingerprint, binary_bytes=len(binary),
                    binary_sha256=hashlib.sha256(binary).hexdigest())
         raw["kernels"] = list(raw.get("kernels", ()))
@@ -280,7 +296,42 @@ def check_meta(meta: Any) -> EntryMeta:
         typed[f.name] = float(value) if f.type == "float" else value
     _bound(meta)
     other = {k: v for k, v in meta.items() if k not in _NAMES}
-    return EntryMeta(**typed, other=other)
+    typed_meta = EntryMeta(**typed, other=other)
+    _check_digest(typed_meta)
+    return typed_meta
+
+
+_SEAL = frozenset({"digest", "signature"})
+
+
+def canonical(meta: EntryMeta) -> bytes:
+    """The bytes the digest and the signature cover: the stored metadata without them, with the
+    format version, as sorted, spaceless, ASCII JSON."""
+    doc = {k: v for k, v in meta.to_json().items() if k not in _SEAL}
+    doc["format"] = FORMAT_VERSION
+    return json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()
+
+
+def seal(meta: EntryMeta, secret: bytes | None) -> EntryMeta:
+    """``meta`` with its digest, and its signature when a team ``secret`` is given."""
+    raw = canonical(meta)
+    sig = hmac.new(secret, raw, hashlib.sha256).hexdigest() if secret else ""
+    return dataclasses.replace(meta, digest=hashlib.sha256(raw).hexdigest(), signature=sig)
+
+
+def signed(meta: EntryMeta, secret: bytes) -> bool | None:
+    """Whether ``meta`` carries a valid signature for ``secret``: ``None`` when unsigned."""
+    if not meta.signature:
+        return None
+    good = hmac.new(secret, canonical(meta), hashlib.sha256).hexdigest()
+    return hmac.compare_digest(good, meta.signature)
+
+
+def _check_digest(meta: EntryMeta) -> None:
+    if meta.digest and not hmac.compare_digest(
+            hashlib.sha256(canonical(meta)).hexdigest(), meta.digest):
+        raise CorruptEntry("metadata does not match its digest: moved to another key or device, "
+                           "or edited")
 
 
 def check_binary(meta: EntryMeta, binary: bytes | bytearray | memoryview, key: str | None,

@@ -80,7 +80,7 @@ class Fault:
     child: bool = False  # the rebuild runs in a child that obeys file permissions
 
 
-P = "test_planted.py::"
+P, S = "test_planted.py::", "test_shared.py::"
 REPAIRED = "rebuilt, entry rewritten, one warning, counted CORRUPT"
 ENTRY = "test_damaged_entry_is_detected_counted_and_repaired"
 FAULTS = [
@@ -160,6 +160,18 @@ FAULTS = [
           "layered store", "—", "only this machine's layer is cleared; the team's store only "
           "with `remote=True` / `--remote` (a Redis cache alone: refused without it)",
           "test_shared.py::test_clearing_a_layered_cache_leaves_the_teams_layer_unless_asked"),
+    Fault("moved-entry", "an entry moved to another key or rewritten with its checksum (a SQLite "
+          "row's key changed, a Redis binary and checksum replaced, an entry file relabelled, a "
+          "bundle row doctored)", Outcome.CORRUPT, REPAIRED + "; the digest over what it was "
+          "built for does not match", S + "test_a_sqlite_row_moved_to_another_key_is_refused"),
+    Fault("forged-entry", "a full forgery (digest recomputed) in a shared store, or one signed "
+          "with another secret, with `CLMAGIC_CACHE_SECRET` set", Outcome.CORRUPT,
+          REPAIRED + "; refused as unsigned / badly signed and counted (`Store.refused`)",
+          S + "test_with_a_team_secret_a_full_forgery_in_a_shared_store_is_refused"),
+    Fault("crashing-binary", "a truncated POCL binary with recomputed checksums, from a bundle or "
+          "the team's store", Outcome.CORRUPT, REPAIRED + "; loaded first in a child, which "
+          "crashes (SIGSEGV/SIGABRT) instead of the user's process",
+          S + "test_a_bundle_with_a_truncated_binary_never_crashes_the_users_process"),
 ]
 
 

@@ -4,11 +4,25 @@ elsewhere are proven loadable in a child before the user's process loads them.""
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import inspect
+import json
+import signal
+import sqlite3
+import subprocess
+import sys
+import zlib
+
 import pytest
+from conftest import child_env
 from stores import FP, FP2, synthetic
+from test_faults import SRC, check
 
 from clmagic import ClmagicError, Compiler
+from clmagic.bundle import export_bundle, import_bundle
 from clmagic.config import Settings
+from clmagic.entry import FORMAT_VERSION, HEADER, MAGIC, Entry, seal
 from clmagic.manage import clear_cache
 from clmagic.store import LayeredStore, open_store
 
@@ -60,3 +74,238 @@ def test_clcache_clear_remote_is_the_way_to_ask(tmp_path, redis_server, ipshell)
         assert list(c.store.remote.entries()) == []
     finally:
         ipshell.reset(new_session=False)
+
+
+# -- class 4: what an entry was built for, sealed; with a team secret, signed -----------------
+
+OTHER = SRC.replace("3 * i + 1", "7 * i")  # another program with the same kernel name
+
+
+def _two(tmp_path, pocl, cache: str, **env: str):
+    """SRC and OTHER built into ``cache``: (compiler, SRC's result, OTHER's result)."""
+    c = Compiler(Settings.from_env({"CLMAGIC_CACHE_DIR": cache, "CLMAGIC_DEVICE": pocl, **env}))
+    return c, c.build(SRC), c.build(OTHER)
+
+
+def _victim(cache: str, pocl: str, **env: str):
+    c = Compiler(Settings.from_env({"CLMAGIC_CACHE_DIR": cache, "CLMAGIC_DEVICE": pocl, **env}))
+    return c.build(SRC)
+
+
+def test_a_sqlite_row_moved_to_another_key_is_refused(tmp_path, pocl):
+    db = str(tmp_path / "c.db")
+    _, mine, other = _two(tmp_path, pocl, db)
+    with sqlite3.connect(db) as conn:  # the row of OTHER takes SRC's key
+        conn.execute("DELETE FROM entries WHERE key = ?", (mine.key,))
+        conn.execute("UPDATE entries SET key = ? WHERE key = ?", (mine.key, other.key))
+    conn.close()
+    r = _victim(db, pocl)
+    assert r.outcome == "CORRUPT" and check(r)
+
+
+def test_a_redis_entry_rewritten_with_its_checksum_is_refused(tmp_path, pocl, redis_server):
+    redis_server.client.flushall()
+    _, mine, other = _two(tmp_path, pocl, redis_server.url)
+    c = redis_server.client
+    name = f"clmagic:v1:{mine.device.fingerprint}:{mine.key}"
+    theirs = f"clmagic:v1:{other.device.fingerprint}:{other.key}"
+    meta = json.loads(c.hget(name, "meta"))
+    binary = c.hget(theirs, "binary")
+    meta.update(binary_sha256=hashlib.sha256(binary).hexdigest(), binary_bytes=len(binary))
+    c.hset(name, mapping={"meta": json.dumps(meta), "binary": binary})
+    r = _victim(redis_server.url, pocl)
+    assert r.outcome == "CORRUPT" and check(r)
+
+
+def test_an_entry_file_moved_and_relabelled_is_refused(tmp_path, pocl):
+    cache = tmp_path / "cache"
+    _, mine, other = _two(tmp_path, pocl, str(cache))
+    folder = cache / mine.device.fingerprint
+    data = (folder / f"{other.key}.clbin").read_bytes()
+    meta_len = HEADER.unpack_from(data)[2]
+    meta = json.loads(data[HEADER.size:HEADER.size + meta_len])
+    meta["key"] = mine.key  # relabelled, its CRC recomputed: only the digest tells
+    raw = json.dumps(meta, separators=(",", ":"), sort_keys=True).encode()
+    head = HEADER.pack(MAGIC, FORMAT_VERSION, len(raw), zlib.crc32(raw), 0,
+                       HEADER.unpack_from(data)[5])
+    (folder / f"{mine.key}.clbin").write_bytes(head + raw + data[HEADER.size + meta_len:])
+    r = _victim(str(cache), pocl)
+    assert r.outcome == "CORRUPT" and check(r)
+
+
+def test_a_bundle_of_a_doctored_file_is_refused(tmp_path, pocl):
+    cache = tmp_path / "cache"
+    c, mine, other = _two(tmp_path, pocl, str(cache))
+    bundle = tmp_path / "b.clbundle"
+    export_bundle(bundle, store=c.store)
+    with sqlite3.connect(bundle) as conn:  # SRC's row in the bundle carries OTHER's binary
+        (binary, sha, size), = conn.execute(
+            "SELECT binary, binary_sha256, binary_bytes FROM entries WHERE key = ?",
+            (other.key,)).fetchall()
+        conn.execute("UPDATE entries SET binary = ?, binary_sha256 = ?, binary_bytes = ? "
+                     "WHERE key = ?", (binary, sha, size, mine.key))
+    conn.close()
+    report = import_bundle(bundle, store=open_store(str(tmp_path / "fresh")))
+    assert report.imported == 1 and report.failed == 1
+    assert any("digest" in why for why in report.reasons)
+
+
+def _forged(entry: Entry, binary: bytes) -> Entry:
+    """A full forgery: ``binary`` under ``entry``'s name, every checksum and the digest
+    recomputed (what anyone who can write a store, and has clmagic, can make)."""
+    meta = dataclasses.replace(entry.meta, binary_sha256=hashlib.sha256(binary).hexdigest(),
+                               binary_bytes=len(binary), digest="", signature="")
+    return Entry(seal(meta, None), binary=binary)
+
+
+SECRET = {"CLMAGIC_CACHE_SECRET": "team secret 42"}
+
+
+def test_with_a_team_secret_a_full_forgery_in_a_shared_store_is_refused(tmp_path, pocl,
+                                                                        redis_server):
+    redis_server.client.flushall()
+    c, mine, other = _two(tmp_path, pocl, redis_server.url, **SECRET)
+    fp = mine.device.fingerprint
+    theirs = c.store.get(fp, other.key)
+    assert theirs.meta.signature  # written signed
+    forged = _forged(c.store.get(fp, mine.key), theirs.binary)
+    raw = json.dumps(forged.meta.to_json(), separators=(",", ":"), sort_keys=True)
+    redis_server.client.hset(f"clmagic:v1:{fp}:{mine.key}",
+                             mapping={"meta": raw, "binary": forged.binary})
+    victim = Compiler(Settings.from_env({"CLMAGIC_CACHE_DIR": redis_server.url,
+                                         "CLMAGIC_DEVICE": pocl, **SECRET}))
+    r = victim.build(SRC)
+    assert r.outcome == "CORRUPT" and check(r)
+    assert victim.store.refused == {"unsigned": 1}
+    # signed with another secret: refused as badly signed
+    bad = dataclasses.replace(forged, meta=seal(forged.meta, b"another team"))
+    raw = json.dumps(bad.meta.to_json(), separators=(",", ":"), sort_keys=True)
+    redis_server.client.hset(f"clmagic:v1:{fp}:{mine.key}",
+                             mapping={"meta": raw, "binary": bad.binary})
+    victim.forget()
+    assert victim.build(SRC).outcome == "CORRUPT" and victim.store.refused["bad signature"] == 1
+    # without the secret, the unsigned forgery is what an integrity check cannot catch
+    assert victim.store.get(fp, mine.key).meta.signature  # the rebuild was re-signed
+
+
+def test_with_a_team_secret_unsigned_sqlite_entries_are_refused_private_folders_not(tmp_path,
+                                                                                  pocl):
+    db, folder = str(tmp_path / "c.db"), str(tmp_path / "cache")
+    for where in (db, folder):
+        _two(tmp_path, pocl, where)  # written without a secret: unsigned
+    assert _victim(db, pocl, **SECRET).outcome == "CORRUPT"
+    assert _victim(db, pocl, **SECRET).outcome == "HIT"  # rebuilt, signed
+    assert _victim(folder, pocl, **SECRET).outcome == "HIT"  # only you write a private folder
+    signed_elsewhere = Compiler(Settings.from_env({"CLMAGIC_CACHE_DIR": folder,
+                                                   "CLMAGIC_DEVICE": pocl,
+                                                   "CLMAGIC_CACHE_SECRET": "old secret"}))
+    signed_elsewhere.forget()
+    r = signed_elsewhere.build(SRC)  # unsigned in a private folder: served
+    assert r.outcome == "HIT"
+
+
+def test_a_signed_bundle_imports_and_an_unsigned_one_is_refused_with_a_secret(tmp_path, pocl):
+    c, mine, other = _two(tmp_path, pocl, str(tmp_path / "signed"), **SECRET)
+    c.store.clear()
+    c.forget()
+    c.build(SRC)
+    export_bundle(tmp_path / "signed.clbundle", store=c.store)
+    u, _, _ = _two(tmp_path, pocl, str(tmp_path / "unsigned"))
+    export_bundle(tmp_path / "unsigned.clbundle", store=u.store)
+    dest = open_store(str(tmp_path / "dest"))
+    dest.secret = SECRET["CLMAGIC_CACHE_SECRET"].encode()
+    good = import_bundle(tmp_path / "signed.clbundle", store=dest)
+    bad = import_bundle(tmp_path / "unsigned.clbundle", store=dest)
+    assert good.imported == 1 and good.failed == 0
+    assert bad.imported == 0 and bad.failed == 2 and all("not signed" in r for r in bad.reasons)
+    got = dest.get(mine.device.fingerprint, mine.key)
+    assert got.foreign == "" and got.meta.untrusted == ""  # vouched for: no proof needed
+
+
+def test_the_secret_is_never_shown(tmp_path, pocl, capsys):
+    from clmagic.manage import cache_info
+
+    c, _, _ = _two(tmp_path, pocl, str(tmp_path / "c.db"), **SECRET)
+    shown = str(cache_info(c)) + cache_info(c)._repr_html_() + repr(c.settings)
+    assert "team secret 42" not in shown and "CLMAGIC_CACHE_SECRET" in shown
+    assert "team secret 42" not in capsys.readouterr().err
+
+
+# -- class 5: a binary from elsewhere is proven loadable in a child first ---------------------
+
+CHILD_IMPORT = inspect.getsource(check) + """
+import json, os, sys, clmagic
+from clmagic.bundle import import_bundle
+c = clmagic.Compiler()
+if os.environ.get("BUNDLE"):
+    report = import_bundle(os.environ["BUNDLE"], store=c.store)
+    assert report.imported == 1, str(report)
+r = c.build(os.environ["SOURCE"])
+print(json.dumps({"outcome": r.outcome, "correct": check(r), "note": r.note,
+                  "corrupt": c.history.tally["CORRUPT"]}))
+"""
+
+LOAD_DIRECTLY = """
+import os, sys, pyopencl as cl
+from clmagic import devices, driver
+_, dev = devices.resolve_device(os.environ["FP"])
+driver.from_binaries(cl.Context([dev]), [dev], [sys.stdin.buffer.read()], "")
+print("loaded")
+"""
+
+
+def _truncated(tmp_path, pocl) -> tuple[Entry, Entry]:
+    """SRC's real POCL entry, and a forgery of it with the binary cut to 1000 bytes."""
+    c = Compiler(Settings.from_env({"CLMAGIC_CACHE_DIR": str(tmp_path / "maker"),
+                                    "CLMAGIC_DEVICE": pocl}))
+    r = c.build(SRC)
+    real = c.store.get(r.device.fingerprint, r.key)
+    return real, _forged(real, real.binary[:1000])
+
+
+def test_a_truncated_pocl_binary_really_crashes_a_process_that_loads_it(tmp_path, pocl):
+    real, forged = _truncated(tmp_path, pocl)
+    proc = subprocess.run([sys.executable, "-c", LOAD_DIRECTLY], input=forged.binary,
+                          env=child_env(FP=real.fingerprint), capture_output=True, timeout=240)
+    assert proc.returncode in (-signal.SIGSEGV, -signal.SIGABRT), proc.returncode
+
+
+def test_a_bundle_with_a_truncated_binary_never_crashes_the_users_process(tmp_path, pocl):
+    real, forged = _truncated(tmp_path, pocl)
+    evil = open_store(str(tmp_path / "evil"))
+    assert evil.put(forged)  # sealed as the forger's own clmagic would seal it
+    export_bundle(tmp_path / "evil.clbundle", store=evil)
+    proc = subprocess.run(
+        [sys.executable, "-c", CHILD_IMPORT], capture_output=True, text=True, timeout=400,
+        env=child_env(CLMAGIC_CACHE_DIR=str(tmp_path / "victim"), CLMAGIC_DEVICE=pocl,
+                      BUNDLE=str(tmp_path / "evil.clbundle"), SOURCE=SRC))
+    assert proc.returncode == 0, proc.stderr
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert got["outcome"] == "CORRUPT" and got["correct"], got
+    assert "crashed loading it in a child process" in proc.stderr
+
+
+def test_a_good_imported_binary_is_proven_once_then_served_as_own(tmp_path, pocl):
+    real, _ = _truncated(tmp_path, pocl)
+    export_bundle(tmp_path / "good.clbundle", store=open_store(str(tmp_path / "maker")))
+    dest = str(tmp_path / "dest")
+    assert import_bundle(tmp_path / "good.clbundle", store=open_store(dest)).imported == 1
+    assert open_store(dest).get(real.fingerprint, real.key).foreign.startswith("bundle ")
+    r = _victim(dest, pocl)
+    assert r.outcome == "HIT" and check(r)
+    again = open_store(dest).get(real.fingerprint, real.key)
+    assert again.foreign == "" and again.meta.untrusted == ""  # the verdict, kept
+
+
+def test_a_truncated_binary_in_the_teams_store_never_crashes_the_users_process(
+        tmp_path, pocl, redis_server):
+    redis_server.client.flushall()
+    real, forged = _truncated(tmp_path, pocl)
+    assert open_store(redis_server.url).put(forged)
+    proc = subprocess.run(
+        [sys.executable, "-c", CHILD_IMPORT], capture_output=True, text=True, timeout=400,
+        env=child_env(CLMAGIC_CACHE_DIR=str(tmp_path / "victim"), CLMAGIC_DEVICE=pocl,
+                      CLMAGIC_REMOTE=redis_server.url, SOURCE=SRC))
+    assert proc.returncode == 0, proc.stderr
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert got["outcome"] == "CORRUPT" and got["correct"], got

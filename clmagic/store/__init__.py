@@ -66,6 +66,9 @@ def store_for(settings: Settings) -> Store | None:
     local = open_store(settings.cache, ttl=settings.remote_ttl, trust=settings.trust,
                        max_size=settings.max_size)
     remote = open_store(settings.remote, ttl=settings.remote_ttl) if settings.remote else None
+    for store in (local, remote):
+        if store is not None:
+            store.secret = settings.secret
     if local is None or remote is None:
         return local or remote
     from .layered import LayeredStore

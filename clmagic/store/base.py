@@ -2,23 +2,32 @@
 warning when writes go off), ``put`` in terms of ``put_many``, the name check, ``close`` and use
 as a context manager, the size limit (least recently used entries are evicted when a save takes
 the store past ``max_size``; each backend lists sizes and removes entries its own way) and the
-lifetime statistics' counters."""
+lifetime statistics' counters, and trust: every entry written is sealed (its digest, and with a
+team secret its signature) and every entry loaded is vetted (signature policy, and whether its
+binary must be proven loadable before this process loads it)."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from abc import ABC, abstractmethod
+from collections import Counter
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from types import TracebackType
 from typing import NamedTuple
 
 from ..config import warn_once
-from ..entry import Entry
+from ..entry import Entry, seal, signed
 from ..errors import CorruptEntry
 from ..lifetime import EVICT, Counters, counters_for
 
-__all__ = ["Store", "is_hex", "valid_name", "Use", "FILL"]
+__all__ = ["Store", "Unsigned", "is_hex", "valid_name", "Use", "FILL"]
+
+
+class Unsigned(CorruptEntry):
+    """An entry refused by the signature policy: unsigned where a team secret requires a
+    signature, or signed with another secret (or forged)."""
 
 _HEX_CHARS = frozenset("0123456789abcdef")
 
@@ -63,13 +72,51 @@ class Store(ABC):
 
     #: short backend name: "directory", "sqlite", "redis", ...
     kind: str = "store"
-    #: whether people other than this user write entries here (a team's Redis): clearing it
-    #: must be asked for, and with a team secret its entries must be signed
+    #: whether people other than this user write entries here (a team's Redis; a folder or
+    #: file used through CLMAGIC_CACHE_TRUST=1): clearing it must be asked for, its binaries
+    #: are proven loadable before use unless signed, and with a team secret it must be signed
     shared: bool = False
+    #: with a team secret, entries must be signed even if only this user writes here (SQLite:
+    #: a cache file is what gets copied between people)
+    signed_only: bool = False
 
     def __init__(self) -> None:
         self._writable = True
         self._reason = ""
+        #: the team secret (CLMAGIC_CACHE_SECRET) entries are signed and checked with
+        self.secret: bytes | None = None
+        #: entries refused by the signature policy in this process, by reason
+        self.refused: Counter[str] = Counter()
+
+    # -- trust ---------------------------------------------------------------------------------
+
+    def _sealed(self, entry: Entry) -> Entry:
+        """``entry`` as it is written: its metadata sealed with a digest, and signed with the
+        team secret when one is set."""
+        return dataclasses.replace(entry, meta=seal(entry.meta, self.secret))
+
+    def _vet(self, entry: Entry) -> Entry:
+        """A loaded entry, vetted. With a team secret: a bad signature is refused everywhere; an
+        unsigned entry is refused where others write (:attr:`shared`, :attr:`signed_only`).
+        Raises :class:`Unsigned` (counted in :attr:`refused`). The entry handed out says in
+        ``foreign`` why its binary must be proven loadable first (it came from elsewhere and no
+        valid signature vouches for it), else ``""``."""
+        verdict = signed(entry.meta, self.secret) if self.secret else None
+        if verdict is False:
+            self.refused["bad signature"] += 1
+            raise Unsigned("its signature does not match the team secret (CLMAGIC_CACHE_SECRET)")
+        if verdict is None and self.secret and (self.shared or self.signed_only):
+            self.refused["unsigned"] += 1
+            raise Unsigned(f"it is not signed, and CLMAGIC_CACHE_SECRET is set: {self.kind} "
+                           "entries must be signed")
+        foreign = entry.meta.untrusted or (f"{self.kind} {self.location}" if self.shared else "")
+        return dataclasses.replace(entry, foreign="" if verdict else foreign)
+
+    def mark_proven(self, entry: Entry) -> None:
+        """Record that ``entry``'s binary was proven loadable on this machine, so that it is not
+        proven again: a private store rewrites the entry as its own. Default: nothing kept."""
+        if entry.meta.untrusted and not self.shared and entry.binary is not None:
+            self.put(Entry(dataclasses.replace(entry.meta, untrusted=""), binary=entry.binary))
 
     @property
     def writable(self) -> bool:

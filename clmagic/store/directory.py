@@ -176,6 +176,7 @@ class DirectoryStore(Store):
             return None
         store = cls(path)
         store.trust = trust
+        store.shared = trust and path.is_dir() and hostile(path) is not None  # others write
         if not writable:
             store._read_only("the folder is not writable")
         return store
@@ -248,7 +249,8 @@ class DirectoryStore(Store):
                     raise CorruptEntry(f"short read of {path.name}")
         except OSError as exc:  # e.g. a directory where the file should be
             raise CorruptEntry(f"cannot read {path.name}: {exc.strerror}") from None
-        return decode(data, key=key, fingerprint=fingerprint, usage=self._usage(path, size))
+        return self._vet(decode(data, key=key, fingerprint=fingerprint,
+                                usage=self._usage(path, size)))
 
     def _sweep(self, path: Path) -> int:
         """Remove leftover temp files of ``path`` whose writer is gone; how many."""
@@ -279,6 +281,7 @@ class DirectoryStore(Store):
         path = self._path(entry.fingerprint, entry.key)
         if not self.writable:
             return False
+        entry = self._sealed(entry)
         data = encode(entry)
         if not self._fits(entry, len(data)):
             return False

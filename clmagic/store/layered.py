@@ -7,6 +7,7 @@ for an entry both hold).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -83,9 +84,23 @@ class LayeredStore(Store):
         entry = self.remote.get(fingerprint, key)  # CorruptEntry here goes to the caller
         if entry is None:
             return None
-        self.local.put(entry)
-        self._from_remote.add((fingerprint, key))
+        self._copy(entry)
         return entry
+
+    def _copy(self, entry: Entry) -> None:
+        """Keep a remote entry in the local store, marked as from elsewhere until its binary is
+        proven loadable here (unless a valid team signature vouched for it)."""
+        meta = entry.meta
+        if entry.foreign and not meta.untrusted:
+            meta = dataclasses.replace(meta, untrusted=entry.foreign)
+        self.local.put(Entry(meta, binary=entry.binary))
+        self._from_remote.add((entry.fingerprint, entry.key))
+
+    def mark_proven(self, entry: Entry) -> None:
+        """The local copy becomes this machine's own: not proven again."""
+        if entry.binary is not None:
+            self.local.put(Entry(dataclasses.replace(entry.meta, untrusted=""),
+                                 binary=entry.binary))
 
     def find_code(self, fingerprint: str, code_key: str) -> Entry | None:
         """The local entry of that code, else the remote's (copied into the local store)."""
@@ -95,8 +110,7 @@ class LayeredStore(Store):
         entry = self.remote.find_code(fingerprint, code_key)
         if entry is None:
             return None
-        self.local.put(entry)
-        self._from_remote.add((fingerprint, entry.key))
+        self._copy(entry)
         return entry
 
     def put_many(self, entries: Iterable[Entry]) -> int:

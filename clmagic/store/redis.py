@@ -148,11 +148,11 @@ class RedisStore(Store):
         size = sum(len(v) for v in (raw, binary) if isinstance(v, bytes))
         usage = Usage(hits=_int(hits), last_used=_float(last_used), stored_bytes=size,
                       store=self.kind)
-        return verified(parse_json(raw), binary, key, fingerprint, usage)
+        return self._vet(verified(parse_json(raw), binary, key, fingerprint, usage))
 
     def put_many(self, entries: Iterable[Entry]) -> int:
         """Write several entries in one pipelined round trip; returns how many were stored."""
-        batch = list(entries)
+        batch = [self._sealed(e) for e in entries]
         now = time.time()
 
         def write(c: Any) -> int:

@@ -79,6 +79,7 @@ class SQLiteStore(Store):
     """Entries as rows of one SQLite file (see the module docstring)."""
 
     kind = "sqlite"
+    signed_only = True  # a cache file is what people copy to each other
 
     def __init__(self, path: str | os.PathLike[str], read_only: bool = False,
                  immutable: bool = False):
@@ -106,7 +107,8 @@ class SQLiteStore(Store):
         try:
             if not path.parent.exists():
                 private_folder(path.parent)
-            why = None if trust else refusal(path.parent, path)
+            why = refusal(path.parent, path)
+            shared, why = why is not None, None if trust else why
             if why:
                 warn_once(f"cache file {path} refused: {why}; caching in memory only "
                           "(set CLMAGIC_CACHE_TRUST=1 to use it anyway)")
@@ -119,6 +121,7 @@ class SQLiteStore(Store):
             if version is not None and version > SCHEMA_VERSION:
                 raise SchemaTooNew(str(version))
             store = cls(path, read_only=read_only)
+            store.shared = shared  # others can write it: used through CLMAGIC_CACHE_TRUST=1
         except SchemaTooNew as exc:
             warn_once(f"cache file {path} has schema {exc}, newer than this clmagic reads "
                       f"({SCHEMA_VERSION}); left untouched, caching in memory only")
@@ -243,7 +246,7 @@ class SQLiteStore(Store):
             meta = row_meta(row)
         except (ValueError, TypeError) as exc:
             raise CorruptEntry(f"metadata cannot be read: {exc}") from None
-        return verified(meta, row[-1], key, fingerprint, row_usage(row, self.kind))
+        return self._vet(verified(meta, row[-1], key, fingerprint, row_usage(row, self.kind)))
 
     def put_many(self, entries: Iterable[Entry]) -> int:
         """Store several entries in one transaction; returns how many were stored."""
@@ -254,6 +257,7 @@ class SQLiteStore(Store):
             self._check_name(e.fingerprint, e.key)
             if e.binary is None:
                 raise ValueError(f"cannot store entry {e.key} without its binary")
+            e = self._sealed(e)
             row = entry_row(e)
             size = row_size(row)
             if not self._fits(e, size):
@@ -416,6 +420,6 @@ class SQLiteStore(Store):
         if not row:
             return None
         try:
-            return verified(row_meta(row[0]), row[0][-1], key, fingerprint)
+            return self._vet(verified(row_meta(row[0]), row[0][-1], key, fingerprint))
         except (ValueError, TypeError) as exc:
             raise CorruptEntry(str(exc)) from None
