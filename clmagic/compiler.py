@@ -426,7 +426,8 @@ class Compiler:
         """The program made from the entries' binaries, one per device of ``devs``; the first
         entry's original build time and log go with it."""
         for e in entries:  # a binary from elsewhere: proven loadable in a child first
-            vet.vouch(e, opts.effective, self.store)
+            if e.foreign:
+                vet.vouch(e, opts.effective, self._store)
         try:
             built = driver.from_binaries(ctx, devs, [e.binary or b"" for e in entries],
                                          opts.effective, kernels)

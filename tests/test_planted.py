@@ -85,6 +85,7 @@ def test_an_entry_that_is_not_a_file_is_named_and_rebuilt(tmp_path, pocl, kind, 
     cache = tmp_path / "cache"
     c = Compiler(_settings(cache, pocl))
     r = c.build(SRC)
+    c.flush()  # the save is in
     path = cache / r.device.fingerprint / f"{r.key}.clbin"
     keep = _plant(path, kind, tmp_path)
     listed = list(c.store.entries())  # the listing skips it, saying what it is, and never waits
@@ -100,7 +101,9 @@ def test_an_entry_that_is_not_a_file_is_named_and_rebuilt(tmp_path, pocl, kind, 
 @pytest.mark.parametrize("kind", ["fifo", "socket", "device", "directory"])
 def test_a_hit_counter_that_is_not_a_file_never_blocks_a_hit(tmp_path, pocl, kind, capsys):
     cache = tmp_path / "cache"
-    r = Compiler(_settings(cache, pocl)).build(SRC)
+    first = Compiler(_settings(cache, pocl))
+    r = first.build(SRC)
+    first.flush()  # the save is in
     keep = _plant(cache / r.device.fingerprint / f"{r.key}.hits", kind, tmp_path)
     c = Compiler(_settings(cache, pocl))
     hit = c.build(SRC)
@@ -217,7 +220,9 @@ def test_leftover_temp_files_go_with_listings_and_clears(tmp_path):
 
 def test_a_device_folder_others_can_write_is_repaired(tmp_path, pocl):
     cache = tmp_path / "cache"
-    r = Compiler(_settings(cache, pocl)).build(SRC)
+    first = Compiler(_settings(cache, pocl))
+    r = first.build(SRC)
+    first.flush()  # the save is in
     folder = cache / r.device.fingerprint
     folder.chmod(0o777)
     c = Compiler(_settings(cache, pocl))
@@ -230,7 +235,9 @@ def test_a_device_folder_others_can_write_is_repaired(tmp_path, pocl):
 
 def test_a_device_folder_of_another_user_is_not_used(tmp_path, pocl, capsys):
     cache = tmp_path / "cache"
-    r = Compiler(_settings(cache, pocl)).build(SRC)
+    first = Compiler(_settings(cache, pocl))
+    r = first.build(SRC)
+    first.flush()  # the save is in
     folder = cache / r.device.fingerprint
     os.chown(folder, 65534, 65534)
     c = Compiler(_settings(cache, pocl))
@@ -247,6 +254,7 @@ def test_a_cache_folder_deleted_mid_session_comes_back_private(tmp_path, pocl):
     cache = tmp_path / "a" / "b" / "cache"
     c = Compiler(_settings(cache, pocl))
     r = c.build(SRC)
+    c.flush()  # the save is in
     shutil.rmtree(tmp_path / "a")
     old = os.umask(0o022)
     try:

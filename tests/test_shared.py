@@ -84,7 +84,9 @@ OTHER = SRC.replace("3 * i + 1", "7 * i")  # another program with the same kerne
 def _two(tmp_path, pocl, cache: str, **env: str):
     """SRC and OTHER built into ``cache``: (compiler, SRC's result, OTHER's result)."""
     c = Compiler(Settings.from_env({"CLMAGIC_CACHE_DIR": cache, "CLMAGIC_DEVICE": pocl, **env}))
-    return c, c.build(SRC), c.build(OTHER)
+    built = c, c.build(SRC), c.build(OTHER)
+    c.flush()  # both saves are in
+    return built
 
 
 def _victim(cache: str, pocl: str, **env: str):
@@ -176,6 +178,7 @@ def test_with_a_team_secret_a_full_forgery_in_a_shared_store_is_refused(tmp_path
                                          "CLMAGIC_DEVICE": pocl, **SECRET}))
     r = victim.build(SRC)
     assert r.outcome == "CORRUPT" and check(r)
+    victim.flush()  # the rebuild's save is in
     assert victim.store.refused == {"unsigned": 1}
     # signed with another secret: refused as badly signed
     bad = dataclasses.replace(forged, meta=seal(forged.meta, b"another team"))
