@@ -102,10 +102,7 @@ def _read_entry_meta(path: str) -> tuple[EntryMeta | None, int]:
     """Header and metadata of one entry file (one read, two for big metadata) and the file's
     size; ``(None, 0)`` when it cannot be read or fails its checks."""
     try:
-        fd = open_regular(path)
-    except NotAFile as exc:
-        warn_once(f"cache folder {os.path.dirname(path)}: {exc.strerror}; skipped")
-        return None, 0
+        fd = open_regular(path)  # a FIFO or a folder is skipped (its lookup says what it is)
     except OSError:
         return None, 0
     try:
