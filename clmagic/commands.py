@@ -176,12 +176,12 @@ def _import(args: argparse.Namespace) -> int:
 def _warm(args: argparse.Namespace) -> int:
     from .warm import find_sources, warm
 
+    if args.jobs is not None and args.jobs < 1:
+        raise OptionsError(f"--jobs {args.jobs}: need at least one process")
     settings = Settings.from_env()
     files = find_sources(args.paths)  # missing paths: one line, exit 2, before any work
     if not files:
         raise OptionsError("no .cl files under " + ", ".join(args.paths))
-    if args.jobs is not None and args.jobs < 1:
-        raise OptionsError(f"--jobs {args.jobs}: need at least one process")
     _compiler(writable=True)  # a cache that cannot be written: say so before building
     opts = " ".join([args.opts, *(f"-D{d}" for d in args.defines),
                      *(f"-I{i}" for i in args.includes)]).strip()
