@@ -24,7 +24,7 @@ from .config import Settings, warn_once
 from .devices import DeviceInfo
 from .entry import Entry
 from .errors import BuildError, ClmagicError, CorruptEntry, DeviceError
-from .includes import strip_comments
+from .includes import headers_changed, strip_comments
 from .key import CodeKey, code_key_of
 from .lifetime import Counters
 from .missed import why_missed
@@ -200,6 +200,10 @@ class Compiler:
             if found is not None:
                 return found
         built = self._compile_trip(trip)
+        changed = headers_changed(trip.prep.files)
+        if changed:  # the binary may be of other contents than the key covers: keep it nowhere
+            warn_once(f"not cached: {changed}")
+            return self._finish(trip, outcome, built, note=f"not saved: {changed}")
         self._keep(trip.memo, built)
         if self._store is None:
             return self._finish(trip, outcome, built, note="cache off (memory only)",
@@ -259,7 +263,8 @@ class Compiler:
         why there is none goes to the debug trace."""
         if self._store is None:
             return CodeKey(None, "no store to rekey from")
-        code = code_key_of(trip.prep.source, trip.prep.opts, trip.info, bool(trip.prep.headers))
+        code = code_key_of(trip.prep.source, trip.prep.opts, trip.info, trip.prep.files,
+                           trip.prep.flags)
         if code.key is None and self._history.debug:
             with self._lock:
                 self._history.event("NOREKEY", trip.prep.key, [], detail=code.reason)

@@ -1,47 +1,96 @@
-"""The headers a source ``#include``\\ s, found where a compiler could find them, for the key.
+"""Every file the compiler may read for a source and its options, for the key — or "cannot tell".
 
-Drivers do not agree on the search order (POCL looks in the working directory first even for
-``<x.h>``; Oclgrind looks there only for ``"x.h"``), so for every include this module takes
-*every* existing candidate, in a fixed order:
+The rule is *fail safe, never fail stale*: the key covers a superset of the files a driver can
+read, and where clmagic cannot tell which files those are (``#include MACRO``, an option it does
+not know), :class:`Unkeyable` says why and the build bypasses the cache.
 
-1. the folder of the including file (for the cell: its working directory),
-2. each ``-I`` folder of the options, in order (relative ones against the working directory,
-   as the driver resolves them),
-3. the working directory.
+**The source.** The preprocessor's own translation phases are followed before looking for
+directives: trigraphs (clang enables them for OpenCL C: ``??=include`` is an include on POCL and
+Oclgrind), line splices (a backslash, optional blanks, then ``\\n``, ``\\r\\n`` or ``\\r``: so
+``#inc\\`` + newline + ``lude`` is an include), comments (so ``# /*x*/ include`` is one), and the
+digraph ``%:``. ``#include``, ``#include_next``, ``#import``, ``#embed`` and ``__has_include`` /
+``__has_include_next`` / ``__has_embed`` name files; the text is also scanned without the
+trigraph and comment phases, and every file named either way is covered (an include inside a
+comment or ``#if 0`` costs at most a MISS). A directive whose operand is not a literal
+``"x"`` or ``<x>`` (a computed include) is "cannot tell".
 
-Each file is read once (cycles and repeated includes are harmless), recursively. Includes inside
-comments are ignored; includes inside ``#if 0`` are not (a superset costs at most a MISS, never a
-stale binary). A header found nowhere is left to the compiler, whose error is shown.
+**The options** (:func:`option_inputs`): ``-I``, ``-isystem``, ``-iquote``, ``-idirafter`` add
+folders, ``-include`` / ``--include`` / ``-imacros`` add files (Oclgrind accepts them all; POCL
+refuses them). Options known not to read files (``-D``, ``-U``, ``-cl-…``, ``-W…``, ``-w``,
+``-g``, ``-O…``, plain ``-f…`` and ``-m…`` flags) pass; anything else (``-I=``, ``-Xclang``,
+``@file``, ``-mllvm``, ``-f…=VALUE``, a bare word…) is "cannot tell". Flags a driver adds from
+its environment (``POCL_EXTRA_BUILD_FLAGS``, ``OCLGRIND_BUILD_OPTIONS``) are read the same way
+and go into the key (:func:`driver_flags`).
+
+**The search.** Drivers do not agree on the search order (POCL looks in the working directory
+first even for ``<x.h>``; Oclgrind only for ``"x.h"``), so for every file named, *every* existing
+candidate is taken, in a fixed order: the folder of the including file (as named and as resolved),
+each include folder of the options in order (relative ones against the working directory), the
+working directory. Paths are not normalised before opening (``link/../x.h`` is what the kernel
+resolves it to), each file is read once, recursively. A name found nowhere is left to the
+compiler (whose error is shown); a name that exists but is not a regular file is "cannot tell".
 """
 
 from __future__ import annotations
 
 import os
 import re
+import stat
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from typing import NamedTuple
 
 from .errors import ClmagicError
 
 
 class Unkeyable(ClmagicError):
-    """The includes go past what a key can cover: the build must bypass the cache."""
+    """clmagic cannot tell which files the build reads: it must bypass the cache."""
 
-__all__ = ["find_headers", "strip_comments", "MAX_HEADERS", "MAX_HEADER_BYTES", "Unkeyable"]
+
+__all__ = ["find_headers", "strip_comments", "includes_of", "option_inputs", "driver_flags",
+           "Headers", "headers_changed", "MAX_HEADERS", "MAX_HEADER_BYTES", "Unkeyable", "DRIVER_FLAG_VARS"]
 
 MAX_HEADERS = 4096
 MAX_HEADER_BYTES = 64 << 20
 
-_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*(?:"([^"\n]+)"|<([^>\n]+)>)', re.MULTILINE)
+#: environment variables whose value a driver adds to every build's options
+DRIVER_FLAG_VARS = ("POCL_EXTRA_BUILD_FLAGS", "OCLGRIND_BUILD_OPTIONS")
+
+_TRIGRAPHS = {"=": "#", "/": "\\", "'": "^", "(": "[", ")": "]", "!": "|", "<": "{", ">": "}",
+              "-": "~"}
+_TRIGRAPH = re.compile(r"\?\?([=/'()!<>-])")
+_SPLICE = re.compile(r"\\[ \t\f\v]*(?:\r\n|\n|\r)")
+_NEWLINE = re.compile(r"\r\n?")
 _TOKENS = re.compile(
     r'//[^\n]*|/\*.*?(?:\*/|\Z)|"(?:\\.|[^"\\\n])*"?|\'(?:\\.|[^\'\\\n])*\'?', re.DOTALL
 )
+_BLANK = r"[ \t\f\v]*"
+_OPERAND = r'(?:"([^"\n]*)"|<([^>\n]*)>)?(.*)'
+_DIRECTIVE = re.compile(
+    rf"^{_BLANK}(?:#|%:){_BLANK}(include_next|include|import|embed)\b{_BLANK}{_OPERAND}$",
+    re.MULTILINE)
+_HAS = re.compile(rf"\b(__has_include_next|__has_include|__has_embed){_BLANK}\({_BLANK}"
+                  rf'(?:"([^"\n]*)"|<([^>\n]*)>)?')
+_LITERAL = re.compile(r'(?:#|%:|\?\?=)\s*(?:include_next|include|import|embed)\s*'
+                      r'(?:"([^"\n]*)"|<([^>\n]*)>)'
+                      r'|__has_(?:include_next|include|embed)\s*\(\s*(?:"([^"\n]*)"|<([^>\n]*)>)')
+# a directive needs one of these (a source without them reads no file)
+_MAYBE = re.compile(r"#|%:|\?\?=|__has_")
+
+
+def _phases(text: str, trigraphs: bool) -> str:
+    """Translation phases 1–2: trigraphs (if on), newlines as ``\\n``, line splices removed."""
+    if trigraphs:
+        text = _TRIGRAPH.sub(lambda m: _TRIGRAPHS[m.group(1)], text)
+    if "\\" in text:
+        text = _SPLICE.sub("", text)
+    return _NEWLINE.sub("\n", text) if "\r" in text else text
 
 
 def strip_comments(text: str) -> str:
-    """``text`` with ``//`` and ``/* */`` comments blanked (newlines kept, so lines stay
-    lines); string and character literals are left alone."""
-    text = text.replace("\\\n", "")
+    """``text`` after line splicing with ``//`` and ``/* */`` comments blanked (newlines kept,
+    so lines stay lines); string and character literals are left alone."""
+    text = _phases(text, trigraphs=False)
 
     def repl(m: re.Match[str]) -> str:
         s = m.group(0)
@@ -54,52 +103,200 @@ def strip_comments(text: str) -> str:
     return _TOKENS.sub(repl, text)
 
 
+class _Named(NamedTuple):
+    spellings: list[str]  # '"x.h"' or '<x.h>'
+    computed: str  # the first directive whose operand is not a literal, else ""
+
+
+def _scan(text: str) -> _Named:
+    if not _MAYBE.search(text):
+        return _Named([], "")
+    names: list[str] = []
+    computed = ""
+    variants = [False, True] if "??" in text else [False]
+    for trigraphs in variants:
+        spliced = _phases(text, trigraphs)
+        stripped = strip_comments(spliced)
+        for m in _DIRECTIVE.finditer(stripped):
+            q, a, rest = m.group(2), m.group(3), m.group(4)
+            if q is None and a is None:
+                computed = computed or f"#{m.group(1)} {rest.strip()[:40]}"
+            else:
+                names.append(f'"{q}"' if q is not None else f"<{a}>")
+        for m in _HAS.finditer(stripped):
+            q, a = m.group(2), m.group(3)
+            if q is None and a is None:
+                computed = computed or f"{m.group(1)}(…)"
+            else:
+                names.append(f'"{q}"' if q is not None else f"<{a}>")
+        for m in _LITERAL.finditer(spliced):  # also where the comment phase may disagree
+            q = m.group(1) if m.group(1) is not None else m.group(3)
+            a = m.group(2) if m.group(2) is not None else m.group(4)
+            names.append(f'"{q}"' if q is not None else f"<{a}>")
+    return _Named(list(dict.fromkeys(names)), computed)
+
+
 def includes_of(text: str) -> list[str]:
-    """The include spellings of ``text``, in order: ``"x.h"`` or ``<x.h>``."""
-    if "include" not in text:
-        return []  # the common case, without the comment scan
-    return [f'"{q}"' if q else f"<{a}>" for q, a in _INCLUDE.findall(strip_comments(text))]
+    """The file names ``text`` may include, in order: ``"x.h"`` or ``<x.h>`` (raises
+    :class:`Unkeyable` for a computed include)."""
+    named = _scan(text)
+    if named.computed:
+        raise Unkeyable(f"a computed include ({named.computed}): cannot tell which file")
+    return named.spellings
 
 
-def _read(path: str) -> bytes | None:
+# -- options ---------------------------------------------------------------------------------
+
+_DIR_OPTS = ("-isystem", "-iquote", "-idirafter", "-I")
+_FILE_OPTS = ("--include", "-include", "--imacros", "-imacros")
+_SAFE = re.compile(r"-(?:D|U|cl-|nv-|g|O|w$|W(?![pal],)|f(?!.*(?:=|module|plugin))|"
+                   r"m(?!llvm))")
+
+
+class OptionInputs(NamedTuple):
+    dirs: list[str]
+    files: list[str]
+
+
+def option_inputs(tokens: Sequence[str]) -> OptionInputs:
+    """The include folders and forced includes of options as the driver splits them, or
+    :class:`Unkeyable` for an option that may read files clmagic does not know."""
+    dirs: list[str] = []
+    files: list[str] = []
+    i = 0
+    while i < len(tokens):
+        tok = tokens[i]
+        i += 1
+        if tok.startswith("-I="):
+            raise Unkeyable(f"option {tok!r} (a folder under the sysroot): cannot tell which "
+                            "files it makes the compiler read")
+        if tok in ("-D", "-U"):  # the name follows (pyopencl writes "-D NAME")
+            i += 1
+            continue
+        prefix = next((p for p in (*_DIR_OPTS, *_FILE_OPTS) if tok.startswith(p)), None)
+        if prefix is not None:
+            value = tok[len(prefix):]
+            if value.startswith("=") and prefix.startswith("--"):
+                value = value[1:]
+            if not value:
+                if i >= len(tokens):
+                    continue  # the driver refuses it; nothing is read
+                value = tokens[i]
+                i += 1
+            (dirs if prefix in _DIR_OPTS else files).append(value)
+        elif not _SAFE.match(tok):
+            raise Unkeyable(f"option {tok[:60]!r}: cannot tell which files it makes the "
+                            "compiler read")
+    return OptionInputs(dirs, files)
+
+
+_first_flags: dict[str, str] = {}
+
+
+def driver_flags(environ: dict[str, str] | None = None) -> dict[str, str]:
+    """The build flags drivers add from the environment (``{NAME: value}`` of those set), for
+    the key and for :func:`find_headers`. A value that changed since this process first saw one
+    raises :class:`Unkeyable` (POCL keeps the first value it read; Oclgrind reads it each
+    time)."""
+    env = os.environ if environ is None else environ
+    flags = {}
+    for name in DRIVER_FLAG_VARS:
+        value = env.get(name, "")
+        first = _first_flags.setdefault(name, value) if value else _first_flags.get(name)
+        if first is not None and value != first:
+            raise Unkeyable(f"{name} changed during this session ({first!r} → {value!r}): "
+                            "cannot tell which value the driver uses")
+        if value:
+            flags[name] = value
+    return flags
+
+
+# -- the search ------------------------------------------------------------------------------
+
+class Headers(list):
+    """``(name, contents)`` pairs for the key; ``stamps`` holds each file's identity and
+    modification time as read, ``static`` says the source and options name no file at all
+    (the list is then empty whatever the folders hold)."""
+
+    def __init__(self, *args) -> None:
+        super().__init__(*args)
+        self.stamps: list[tuple[str, int, int, int]] = []
+        self.static = True
+        self.found_with: tuple | None = None  # find_headers' arguments, for headers_changed
+
+
+def _read(path: str) -> tuple[bytes, tuple[str, int, int, int]] | None:
     try:
-        if not os.path.isfile(path):
-            return None
-        with open(path, "rb") as fh:
-            return fh.read(MAX_HEADER_BYTES + 1)
-    except OSError:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except FileNotFoundError:
         return None
+    except OSError as exc:
+        if os.path.isdir(path) or not os.path.lexists(path):
+            return None  # a folder is skipped by the compiler's search too
+        raise Unkeyable(f"{path} cannot be read ({exc.strerror}): cannot tell what the "
+                        "compiler reads there") from None
+    with os.fdopen(fd, "rb") as fh:
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            return None
+        if not stat.S_ISREG(st.st_mode):
+            raise Unkeyable(f"{path} is not a regular file: cannot tell what the compiler "
+                            "reads there")
+        return fh.read(MAX_HEADER_BYTES + 1), (path, st.st_ino, st.st_size, st.st_mtime_ns)
 
 
 def find_headers(
     source: str | bytes,
     include_dirs: Iterable[str] = (),
     cwd: str | None = None,
-) -> list[tuple[str, bytes]]:
-    """Every header ``source`` could include, as ``(name, contents)`` in the order met.
+    *,
+    options: str = "",
+) -> Headers:
+    """Every file ``source`` built with ``options`` (the string the driver receives, with
+    :func:`driver_flags` values) could read, as ``(name, contents)`` in the order met.
 
-    ``name`` is the spelling and the search slot (``"x.h" @.`` for the including file's
-    folder, ``"x.h" @-Iinc`` for an ``-I`` folder as written, ``"x.h" @cwd``), so the key does
-    not depend on where the project lives, only on what the compiler can read.
+    ``name`` is the spelling and the search slot (``"x.h" @.`` for the including file's folder,
+    ``"x.h" @-Iinc`` for an include folder as written, ``"x.h" @cwd``), so the key does not
+    depend on where the project lives, only on what the compiler can read. ``include_dirs``
+    adds folders (older callers). Raises :class:`Unkeyable` where clmagic cannot tell.
     """
     cwd = cwd or os.getcwd()
-    slots = [(f"-I{d}", os.path.join(cwd, d)) for d in include_dirs]
+    extra = option_inputs(options.split())
+    if '"' in options or "\\" in options:  # drivers honour double quotes: read it both ways
+        import shlex
+
+        try:
+            quoted = option_inputs(shlex.split(options))
+        except ValueError:
+            raise Unkeyable("unbalanced quotes in the options: cannot tell how the driver "
+                            "splits them") from None
+        extra = OptionInputs(extra.dirs + quoted.dirs, extra.files + quoted.files)
+    dirs = list(dict.fromkeys([*include_dirs, *extra.dirs]))
+    slots = [(f"-I{d}", os.path.join(cwd, d)) for d in dirs]
     text = source.decode("utf-8", "replace") if isinstance(source, bytes) else source
-    found: list[tuple[str, bytes]] = []
+    found = Headers()
+    found.found_with = (text, tuple(include_dirs), cwd, options)
     seen: set[str] = set()
-    todo: deque[tuple[str, str]] = deque([(text, cwd)])
+    first = _scan(text)
+    found.static = not first.spellings and not first.computed and not extra.files
+    todo: deque[tuple[list[str], list[str]]] = deque()
+    if extra.files:  # -include F: as if the main file began with #include "F"
+        todo.append(([f'"{f}"' for f in extra.files], [cwd]))
+    todo.append((includes_of(text), [cwd]))
     while todo:
-        body, folder = todo.popleft()
-        for spelling in includes_of(body):
+        spellings, folders = todo.popleft()
+        for spelling in spellings:
             rel = spelling[1:-1]
-            for slot, base in [(".", folder), *slots, ("cwd", cwd)]:
-                path = os.path.normpath(os.path.join(base, rel))
+            here = [(".", f) for f in folders]
+            for slot, base in [*here, *slots, ("cwd", cwd)]:
+                path = os.path.join(base, rel)
                 real = os.path.realpath(path)
                 if real in seen:
                     continue
-                data = _read(path)
-                if data is None:
+                got = _read(path)
+                if got is None:
                     continue
+                data, stamp = got
                 if len(data) > MAX_HEADER_BYTES or len(found) >= MAX_HEADERS:
                     # a key that left part of the headers out could serve a stale binary
                     raise Unkeyable(
@@ -108,5 +305,27 @@ def find_headers(
                     )
                 seen.add(real)
                 found.append((f"{spelling} @{slot}", data))
-                todo.append((data.decode("utf-8", "replace"), os.path.dirname(path)))
+                found.stamps.append(stamp)
+                inner = includes_of(data.decode("utf-8", "replace"))
+                if inner:
+                    parents = list(dict.fromkeys([os.path.dirname(path),
+                                                  os.path.dirname(real)]))
+                    todo.append((inner, parents))
     return found
+
+
+def headers_changed(headers: Headers) -> str:
+    """Why the files ``headers`` covered are not, now, what was read (a header edited,
+    created or removed while the driver built), or "" when they are the same."""
+    if headers.static or headers.found_with is None:
+        return ""
+    text, dirs, cwd, options = headers.found_with
+    try:
+        again = find_headers(text, dirs, cwd, options=options)
+    except Unkeyable as exc:
+        return f"the included files changed during the build ({exc})"
+    if list(again) != list(headers) or again.stamps != headers.stamps:
+        names = {n for n, _ in again} ^ {n for n, _ in headers} or {
+            n for (n, d), (m, e) in zip(again, headers) if d != e} or {"a header"}
+        return f"{sorted(names)[0]} changed during the build"
+    return ""

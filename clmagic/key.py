@@ -5,14 +5,12 @@ the source's code form, see :mod:`clmagic.codekey`)."""
 from __future__ import annotations
 
 import hashlib
-import os
 from collections.abc import Iterable
 from typing import NamedTuple
 
 from .codekey import code_refusal
 from .devices import DeviceInfo
 from .entry import FORMAT_VERSION
-from .includes import Unkeyable, find_headers
 from .options import BuildOptions
 
 __all__ = ["cache_key", "code_key", "code_key_of", "CodeKey"]
@@ -28,7 +26,8 @@ class CodeKey(NamedTuple):
 
 
 def _digest(prefix: bytes, source: bytes, options: str, device_fields: Iterable[str],
-            headers: Iterable[tuple[str, bytes]]) -> str:
+            headers: Iterable[tuple[str, bytes]],
+            driver_flags: dict[str, str] | None = None) -> str:
     h = hashlib.sha256(prefix)
     h.update(source)
     h.update(b"\0")
@@ -43,6 +42,9 @@ def _digest(prefix: bytes, source: bytes, options: str, device_fields: Iterable[
         h.update(name.encode())
         h.update(b"\0")
         h.update(data)
+    for name, value in (driver_flags or {}).items():
+        h.update(b"\0\0")
+        h.update(f"{name}={value}".encode())
     return h.hexdigest()
 
 
@@ -51,11 +53,13 @@ def cache_key(
     options: str,
     device: DeviceInfo,
     headers: Iterable[tuple[str, bytes]] = (),
+    driver_flags: dict[str, str] | None = None,
 ) -> str:
     """Hex SHA-256 over ``source NUL options NUL device NUL driver NUL device-version NUL
-    platform-version NUL format-version`` and, after that, each included header as
-    ``NUL path NUL contents`` in the order the compiler meets them."""
-    return _digest(b"", source, options, device.key_fields(), headers)
+    platform-version NUL format-version``, then each included header as ``NUL path NUL
+    contents`` in the order the compiler meets them, then each build flag a driver takes from
+    the environment (``POCL_EXTRA_BUILD_FLAGS``…) as ``NUL NUL NAME=value``."""
+    return _digest(b"", source, options, device.key_fields(), headers, driver_flags)
 
 
 def code_key(
@@ -76,11 +80,10 @@ def code_key(
 
 
 def code_key_of(source: str, options: BuildOptions, device: DeviceInfo,
-                includes: bool) -> CodeKey:
-    """The code key of a prepared build (``includes``: the source includes headers, which are
-    read again, from the current working directory, as for its exact key)."""
-    try:
-        headers = find_headers(source, options.include_dirs, os.getcwd()) if includes else []
-    except Unkeyable as exc:
-        return CodeKey(None, str(exc))
-    return code_key(source, options.effective, device, headers)
+                headers: Iterable[tuple[str, bytes]],
+                driver_flags: dict[str, str] | None = None) -> CodeKey:
+    """The code key of a prepared build: over the files its exact key covered (every file the
+    compiler can read, see :mod:`clmagic.includes`), with the flags a driver adds from the
+    environment read as options (so they refuse as written ones do)."""
+    written = " ".join([options.effective, *(driver_flags or {}).values()])
+    return code_key(source, written, device, headers)

@@ -21,9 +21,11 @@ _DEFINE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 class BuildOptions:
     """The options as written and as the driver receives them.
 
-    ``effective`` is the exact string passed to ``clBuildProgram`` and hashed into the key.
-    ``exact``, when set, is that string verbatim (options another library already made, see
-    :func:`exact_options`); ``tokens`` then name only its ``-I`` folders.
+    ``effective`` is the exact string passed to ``clBuildProgram`` and hashed into the key:
+    the tokens joined by spaces, as pyopencl's ``Program.build`` passes them (no shell quoting
+    is added: ``-DSCALE=(2*3)`` arrives as written). ``exact``, when set, is that string
+    verbatim (options another library already made, see :func:`exact_options`); ``tokens`` then
+    name only its ``-I`` folders.
     """
 
     written: str
@@ -33,7 +35,7 @@ class BuildOptions:
     @property
     def effective(self) -> str:
         """The option string the driver receives."""
-        return self.exact if self.exact is not None else shlex.join(self.tokens)
+        return self.exact if self.exact is not None else " ".join(self.tokens)
 
     @property
     def include_dirs(self) -> tuple[str, ...]:

@@ -7,10 +7,10 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .devices import DeviceInfo
-from .includes import Unkeyable, find_headers
+from .includes import DRIVER_FLAG_VARS, Headers, Unkeyable, driver_flags, find_headers
 from .key import cache_key
 from .options import BuildOptions, parse_options
 from .source import check_source, preview
@@ -35,6 +35,8 @@ class Prepared:
     headers: tuple[str, ...]
     preview: str
     unkeyable: str  # why the cache must be bypassed (includes past what a key covers), or ""
+    files: Headers = field(default_factory=Headers)  # what the key covered, re-checked after
+    flags: dict[str, str] = field(default_factory=dict)  # the driver's environment flags
 
 
 def prepare(source: str | bytes, options: Options, info: DeviceInfo,
@@ -49,21 +51,24 @@ def prepare(source: str | bytes, options: Options, info: DeviceInfo,
         options = tuple(options)  # hashable, and a generator is read once
     if isinstance(source, bytearray | memoryview):
         source = bytes(source)
-    args: tuple[object, ...] = (source, options, info.fingerprint)
+    args: tuple[object, ...] = (source, options, info.fingerprint,
+                                *map(os.environ.get, DRIVER_FLAG_VARS))
     prepared = memo.get(args)
     if prepared is not None:
         return prepared
     text, src = check_source(source)
     opts = parse_options(options)
     try:
-        headers = find_headers(text, opts.include_dirs, os.getcwd())
+        flags = driver_flags()
+        headers = find_headers(text, (), os.getcwd(),
+                               options=" ".join([opts.effective, *flags.values()]))
         unkeyable = ""
     except Unkeyable as exc:
-        headers, unkeyable = [], str(exc)
-    key = cache_key(src, opts.effective, info, headers)
+        flags, headers, unkeyable = {}, Headers(), str(exc)
+    key = cache_key(src, opts.effective, info, headers, flags)
     prepared = Prepared(text, src, opts, key, tuple(name for name, _ in headers),
-                        preview(text), unkeyable)
-    if "include" not in text:
+                        preview(text), unkeyable, headers, flags)
+    if headers.static and not unkeyable:  # the key depends on the arguments alone
         with lock:
             if len(memo) >= PREPARED_MAX:
                 memo.pop(next(iter(memo)))

@@ -15,6 +15,7 @@ from . import driver
 from .config import warn_once
 from .entry import Entry
 from .errors import BuildError, CorruptEntry
+from .includes import headers_changed
 from .options import BuildOptions
 from .records import Outcome
 from .results import ProgramBuild
@@ -99,6 +100,11 @@ def build_program(compiler: Compiler, context: cl.Context, source: str | bytes,
             return finish(Outcome.HIT, built, note=served_from(entries[0], compiler._store))
 
     built = compile_all()
+    changed = headers_changed(preps[0].files)
+    if changed:  # as in Compiler.build: kept nowhere
+        warn_once(f"not cached: {changed}")
+        return finish(Outcome.CORRUPT if corrupt else Outcome.MISS, built,
+                      note=f"not saved: {changed}")
     _remember(compiler, keys, built)
     missing = [i for i, (e, _) in enumerate(found) if e is None or corrupt]
     outcome = Outcome.CORRUPT if corrupt else Outcome.MISS

@@ -3,9 +3,14 @@ IPython normalises a cell, and its one-line preview for the history."""
 
 from __future__ import annotations
 
+import re
+
 from .errors import ClmagicError
 
 __all__ = ["MAX_SOURCE", "check_source", "normalise_source", "preview"]
+
+# a line that ends in a splice (backslash or the ??/ trigraph, maybe followed by blanks)
+_SPLICE_END = re.compile(r"(?:\\|\?\?/)[ \t]*\Z")
 
 #: the largest source accepted, in bytes (a bigger cell is almost surely a pasting accident)
 MAX_SOURCE = 4 << 20
@@ -47,15 +52,28 @@ def check_source(source: str | bytes) -> tuple[str, bytes]:
 
 
 def normalise_source(source: str) -> str:
-    """Strip trailing whitespace from every line and end with one newline.
+    """``\\r\\n`` as ``\\n``, trailing blanks (spaces and tabs) of each line stripped, a
+    final newline.
 
-    IPython does the same to a cell's blank lines, so the library and ``%%clkernel`` give the same
-    key for the same text; the driver receives exactly the normalised text (line numbers and
-    meaning are unchanged; a backslash continuation still continues). A source that is already
-    normal is returned as it is (the same object), found by a few scans rather than a split."""
+    IPython does the same to a cell's blank lines, so the library and ``%%clkernel`` give the
+    same key for the same text. Lines are split at ``\\n`` only (``str.splitlines`` would also
+    split at form feed, vertical tab, ``\\x1c``–``\\x1e``, ``\\x85``, ``\\u2028`` and
+    ``\\u2029``, which are not line ends to a C compiler: text after them in a ``//`` comment
+    would become code). A lone ``\\r``, other whitespace and a byte-order mark are left as
+    written, and a line that ends in a splice (``\\`` or ``??/``, then blanks: clang splices
+    that too) keeps its blanks, so the driver receives a program with the meaning the user
+    wrote (pyopencl passes the source unchanged). A source that is already normal is returned
+    as it is (the same object), found by a few scans rather than a split.
+    """
     if _is_normal(source):
         return source
-    return "\n".join(line.rstrip() for line in source.splitlines()) + "\n"
+    if "\r\n" in source:
+        source = source.replace("\r\n", "\n")
+    lines = source.split("\n")
+    if lines[-1] == "":
+        lines.pop()  # the text after the last newline
+    out = [line if _SPLICE_END.search(line) else line.rstrip(" \t") for line in lines]
+    return "\n".join(out) + "\n"
 
 
 #: ASCII characters that end a line for ``str.splitlines`` or are stripped by ``str.rstrip``,
