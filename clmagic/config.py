@@ -14,7 +14,7 @@ from .errors import OptionsError
 
 __all__ = ["Settings", "default_cache_dir", "warn", "warn_once", "reset_warnings",
            "REDIS_SCHEMES", "SQLITE_SUFFIXES", "held_warnings", "parse_size", "parse_age",
-           "DEFAULT_MAX_SIZE", "DEFAULT_MEMORY_MAX", "VARIABLES"]
+           "DEFAULT_MAX_SIZE", "DEFAULT_MEMORY_MAX", "VARIABLES", "redact"]
 
 #: URL schemes that select the Redis store
 REDIS_SCHEMES = ("redis://", "rediss://")
@@ -28,6 +28,21 @@ _TRUE = {"1", "true", "yes", "on"}
 _warned: set[str] = set()
 #: the variable that holds the team secret (never printed)
 SECRET_VAR = "CLMAGIC_CACHE_SECRET"
+
+# scheme://USERINFO@ (up to the last "@": over-redacting is safe), and password=… parameters
+_USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://)(.*)@", re.DOTALL)
+_SECRET_PARAM = re.compile(r"([?&;](?:password|passwd|pass|pwd|secret|token)=)[^&;#]*", re.I)
+
+
+def redact(text: str) -> str:
+    """``text`` (a URL, or any setting's value) without its secrets: ``user:password@`` becomes
+    ``user:***@``, a lone ``secret@`` becomes ``***@``, ``?password=…`` becomes
+    ``?password=***``. Never raises (a malformed URL is redacted as well as a good one)."""
+    m = _USERINFO.match(text)
+    if m:
+        user, sep, _ = m.group(2).partition(":")
+        text = f"{m.group(1)}{user + ':***' if sep else '***'}@{text[m.end():]}"
+    return _SECRET_PARAM.sub(r"\1***", text) if "=" in text else text
 
 #: size limit of a directory or SQLite cache unless CLMAGIC_CACHE_MAX_SIZE says otherwise
 DEFAULT_MAX_SIZE = 1 << 30
@@ -162,7 +177,8 @@ class Settings:
         """Build settings from ``environ`` (default: ``os.environ``).
 
         ``CLMAGIC_CACHE_DIR``: unset, empty, ``1`` or ``default`` → the platform cache folder;
-        ``0``/``off``/``none``/``disable``/``disabled`` → memory only; anything else → that path.
+        ``0``/``off``/``none``/``disable``/``disabled`` → memory only; anything else → that path
+        (a relative one made absolute here, against the working directory of this moment).
         ``CLMAGIC_CACHE_DEBUG=1`` prints one line per cache event. ``CLMAGIC_RECORD``: ``off``
         keeps no history, ``summary`` (the default) one record per build, ``full`` with its
         source. ``CLMAGIC_DEVICE`` (else ``PYOPENCL_CTX``) picks
@@ -187,20 +203,23 @@ class Settings:
         elif value.startswith(REDIS_SCHEMES):
             cache = value
         else:
-            cache = str(Path(value).expanduser())
+            # resolved once, here: a relative folder must not move with os.chdir
+            cache = os.path.abspath(Path(value).expanduser())
         debug = env.get("CLMAGIC_CACHE_DEBUG", "").strip().lower() in _TRUE
         record = _record_level(env.get("CLMAGIC_RECORD", ""))
         device = env.get("CLMAGIC_DEVICE") or env.get("PYOPENCL_CTX") or None
         remote = (env.get("CLMAGIC_REMOTE") or "").strip()
         if remote and not remote.startswith(REDIS_SCHEMES):
-            warn_once(f"CLMAGIC_REMOTE={remote!r} is not a redis:// or rediss:// URL; ignored")
+            warn_once(f"CLMAGIC_REMOTE={redact(remote)!r} is not a redis:// or rediss:// URL; "
+                      "ignored")
             remote = ""
         ttl_raw = (env.get("CLMAGIC_REMOTE_TTL") or "").strip()
         ttl = int(ttl_raw) if ttl_raw.isdigit() and int(ttl_raw) > 0 else None
         if ttl_raw and ttl is None:
             warn_once(f"CLMAGIC_REMOTE_TTL={ttl_raw!r} is not a positive number of seconds; "
                       "entries do not expire")
-        shown = {k: v for k, v in env.items() if k.startswith(("CLMAGIC_", "PYOPENCL_", "POCL_"))}
+        shown = {k: redact(v) for k, v in env.items()
+                 if k.startswith(("CLMAGIC_", "PYOPENCL_", "POCL_"))}
         secret = (env.get(SECRET_VAR) or "").strip()
         if SECRET_VAR in shown:
             shown[SECRET_VAR] = "***" if secret else ""
@@ -227,11 +246,18 @@ class Settings:
                 value = f"{value} bytes" if value else "0 (no limit)"
             elif name == "cache" and value is None:
                 value = "memory only"
-            rows.append((name, names[0], "" if value is None else str(value),
+            rows.append((name, names[0], "" if value is None else redact(str(value)),
                          self.origins.get(name, "default")))
         rows.append(("secret", SECRET_VAR, "***" if self.secret else "",
                      "environment" if self.secret else "default"))  # never the value
         return rows
+
+    def __repr__(self) -> str:
+        cache = redact(self.cache) if self.cache else self.cache
+        remote = redact(self.remote) if self.remote else self.remote
+        return (f"Settings(cache={cache!r}, debug={self.debug}, record={self.record!r}, "
+                f"device={self.device!r}, remote={remote!r}, remote_ttl={self.remote_ttl}, "
+                f"trust={self.trust}, max_size={self.max_size}, memory_max={self.memory_max})")
 
 
 def _record_level(raw: str) -> str:

@@ -48,7 +48,8 @@ class Unkeyable(ClmagicError):
 
 
 __all__ = ["find_headers", "strip_comments", "includes_of", "option_inputs", "driver_flags",
-           "Headers", "headers_changed", "MAX_HEADERS", "MAX_HEADER_BYTES", "Unkeyable", "DRIVER_FLAG_VARS"]
+           "Headers", "headers_changed", "MAX_HEADERS", "MAX_HEADER_BYTES", "Unkeyable",
+           "DRIVER_FLAG_VARS"]
 
 MAX_HEADERS = 4096
 MAX_HEADER_BYTES = 64 << 20
@@ -90,7 +91,12 @@ def _phases(text: str, trigraphs: bool) -> str:
 def strip_comments(text: str) -> str:
     """``text`` after line splicing with ``//`` and ``/* */`` comments blanked (newlines kept,
     so lines stay lines); string and character literals are left alone."""
-    text = _phases(text, trigraphs=False)
+    return _blank_comments(_phases(text, trigraphs=False))
+
+
+def _blank_comments(text: str) -> str:
+    """Comments of already spliced text blanked (splicing twice would join what clang does
+    not)."""
 
     def repl(m: re.Match[str]) -> str:
         s = m.group(0)
@@ -116,7 +122,7 @@ def _scan(text: str) -> _Named:
     variants = [False, True] if "??" in text else [False]
     for trigraphs in variants:
         spliced = _phases(text, trigraphs)
-        stripped = strip_comments(spliced)
+        stripped = _blank_comments(spliced)
         for m in _DIRECTIVE.finditer(stripped):
             q, a, rest = m.group(2), m.group(3), m.group(4)
             if q is None and a is None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import keyword
 import re
 from argparse import Namespace
 from collections.abc import Callable
@@ -35,10 +36,27 @@ _COMMANDS = ("stats", "history", "info", "clear", "widget", "export", "import", 
 _OPTS = re.compile(r"(?:^|\s)--opts(?:=|\s+|$)")
 
 
+def _outside_quotes(line: str, end: int) -> bool:
+    """Whether position ``end`` of ``line`` is outside shell quotes."""
+    quote = ""
+    i = 0
+    while i < end:
+        ch = line[i]
+        if ch == "\\" and quote != "'":
+            i += 2
+            continue
+        if quote:
+            quote = "" if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+        i += 1
+    return not quote
+
+
 def split_opts(line: str) -> tuple[str, str | None]:
-    """Split a magic line at ``--opts``: everything after it, to the end of the line, is build
-    options (so ``--opts -O3 -cl-mad-enable`` works as written)."""
-    m = _OPTS.search(line)
+    """Split a magic line at ``--opts`` (outside quotes): everything after it, to the end of
+    the line, is build options (so ``--opts -O3 -cl-mad-enable`` works as written)."""
+    m = next((m for m in _OPTS.finditer(line) if _outside_quotes(line, m.start())), None)
     if not m:
         return line, None
     opts = line[m.end():].strip()
@@ -213,10 +231,13 @@ class CLMagics(Magics):
         typo = misspelt_option(rest, self.clkernel.parser)
         if typo:
             raise OptionsError(typo)
-        try:
-            args = parse_argstring(self.clkernel, rest)
-        except UsageError as exc:
-            raise OptionsError(str(exc)) from None
+        args = _parse(self.clkernel, rest)
+        if args.name is not None and not (args.name.isidentifier()
+                                          and not keyword.iskeyword(args.name)):
+            raise OptionsError(f"--name {args.name!r} is not a Python variable name")
+        if args.device is not None and not args.device.strip():
+            raise OptionsError("--device needs a device: \"P:D\" or part of its name "
+                               "(clmagic.list_devices() shows them)")
         if not cell.strip():
             raise OptionsError("empty cell: write OpenCL C below the %%clkernel line")
         info, dev = self.compiler.resolve(args.device)
@@ -287,10 +308,7 @@ class CLMagics(Magics):
 
         Each returns its object, so ``df = %clcache`` keeps the DataFrame.
         """
-        try:
-            args = parse_argstring(self.clcache, line)
-        except UsageError as exc:
-            raise OptionsError(str(exc)) from None
+        args = _parse(self.clcache, line)
         sub = CLCACHE[args.command]
         given = ("keys", "older_than", "device", "zero", "remote", "origin")
         extra = {n for n in given if getattr(args, n)} - sub.takes
@@ -401,3 +419,26 @@ CLCACHE: dict[str | None, Subcommand] = {
 #: the subcommand names, in the order ``%clcache?`` lists them
 CLCACHE_COMMANDS = tuple(name for name in CLCACHE if name)
 assert CLCACHE_COMMANDS == _COMMANDS, "the argument parser's choices are the table's names"
+
+
+def _parse(magic: Callable[..., object], line: str) -> Namespace:
+    """The magic's arguments, unquoted, or one :class:`OptionsError` line (argparse's usage
+    errors, and unbalanced quotes, which ``shlex`` reports as ``ValueError``)."""
+    try:
+        args: Namespace = parse_argstring(magic, line)
+    except UsageError as exc:
+        raise OptionsError(str(exc)) from None
+    except ValueError as exc:
+        raise OptionsError(f"cannot read the magic line {line.strip()!r}: {exc}") from None
+    for name, value in vars(args).items():  # IPython keeps the quotes: --name "x" means x
+        if isinstance(value, list):
+            setattr(args, name, [_unquote(v) for v in value])
+        elif isinstance(value, str):
+            setattr(args, name, _unquote(value))
+    return args
+
+
+def _unquote(value: str) -> str:
+    if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+        return value[1:-1]
+    return value

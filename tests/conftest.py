@@ -126,6 +126,17 @@ def compiler(settings: Settings) -> clmagic.Compiler:
     return clmagic.Compiler(settings)
 
 
+def kernel_value(r) -> int:
+    """Run kernel ``k`` of a build result on one work-item: the int it writes to ``a[0]``."""
+    import numpy as np
+
+    a = np.zeros(1, np.int32)
+    buf = cl.Buffer(r.context, cl.mem_flags.WRITE_ONLY, a.nbytes)
+    r.kernels["k"](r.queue, (1,), None, buf)
+    cl.enqueue_copy(r.queue, a, buf)
+    return int(a[0])
+
+
 def child_env(**extra: str) -> dict[str, str]:
     """Environment for a child Python that imports this checkout's clmagic."""
     env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}

@@ -81,6 +81,7 @@ class Fault:
 
 
 P, S = "test_planted.py::", "test_shared.py::"
+W, SI = "test_wrong_program.py::", "test_settings_input.py::"
 REPAIRED = "rebuilt, entry rewritten, one warning, counted CORRUPT"
 ENTRY = "test_damaged_entry_is_detected_counted_and_repaired"
 FAULTS = [
@@ -172,6 +173,46 @@ FAULTS = [
           "the team's store", Outcome.CORRUPT, REPAIRED + "; loaded first in a child, which "
           "crashes (SIGSEGV/SIGABRT) instead of the user's process",
           S + "test_a_bundle_with_a_truncated_binary_never_crashes_the_users_process"),
+    # never the wrong program (issue 11): what the key covers, what the driver receives
+    Fault("include-forms", "an include spelled past a one-line `#include` (line splice, "
+          "digraph, trigraph, `#import`, `#include_next`, `__has_include`, a header's own "
+          "includes, a symlink with `..`, `-include`, `-imacros`, `-isystem`, `-iquote`, "
+          "`-idirafter`)", "MISS", "the key covers every file the compiler can read: after an "
+          "edit a new Compiler misses and computes the new value",
+          W + "test_every_include_is_keyed_or_bypasses"),
+    Fault("cannot-tell", "an include clmagic cannot follow (`#include MACRO`, `-iprefix`, `-I=`, "
+          "`@file`, `-Xclang`, `-mllvm`, an unknown option, a header that is not a regular "
+          "file)", Outcome.BYPASS, "built without the cache, one line `not cached: … cannot "
+          "tell …`", W + "test_options_that_may_read_unknown_files_cannot_be_keyed"),
+    Fault("driver-env-flags", "build flags a driver reads from the environment "
+          "(`POCL_EXTRA_BUILD_FLAGS`)", "MISS / BYPASS", "in the key; changed within a session: "
+          "bypassed (POCL keeps the first value it read)",
+          W + "test_driver_flags_from_the_environment_are_keyed"),
+    Fault("header-during-build", "a header edited, or created in an earlier search folder, "
+          "while the driver builds", "MISS", "not saved, in memory or in the store; the note "
+          "names the header; the next build compiles the new contents",
+          W + "test_a_header_edited_during_the_build_is_not_saved"),
+    Fault("line-separators", "a form feed, vertical tab, `\\x1c`–`\\x1e`, NEL, U+2028/U+2029 "
+          "or a lone CR in a comment; blanks after a splice", "MISS", "split at `\\n` only: the "
+          "driver computes what pyopencl computes from the same text; other meanings, other "
+          "keys", W + "test_normalisation_keeps_the_meaning"),
+    Fault("shell-options", "build options with shell characters (`-DSCALE=(2*3)`, `<<`, `~`, "
+          "`!`, `&`, `?:`, `>`, `'a'`)", "MISS", "sent unquoted, as pyopencl sends them: the "
+          "value written, on POCL and Oclgrind",
+          W + "test_options_with_shell_characters_reach_the_driver_as_written"),
+    Fault("url-password", "a password in `CLMAGIC_REMOTE` / `CLMAGIC_CACHE_DIR`", "HIT / MISS",
+          "printed nowhere (`clmagic info`, `%clcache info`, warnings, reprs): `user:***@`",
+          SI + "test_a_password_in_the_remote_url_is_never_printed"),
+    Fault("bad-redis-url", "a malformed Redis URL (bad host, port, database, parameter, TLS "
+          "flag)", "MISS", "one warning, then every build compiles without it",
+          SI + "test_a_malformed_redis_url_is_one_warning_then_builds_go_on"),
+    Fault("relative-cache-dir", "a relative `CLMAGIC_CACHE_DIR`, then `os.chdir`", "HIT",
+          "resolved to an absolute path once, when the settings are read and checked",
+          SI + "test_a_relative_cache_dir_is_resolved_once"),
+    Fault("bad-magic-line", "a malformed `%%clkernel` line (unbalanced quotes, `--opts` inside "
+          "`--name \"…\"`, a name that is not an identifier, an empty `--device`)", "—",
+          "one line, nothing changed", "test_magic_input.py::"
+          "test_bad_input_is_one_line_and_changes_nothing"),
 ]
 
 

@@ -7,6 +7,7 @@ import os
 
 import pyopencl as cl
 import pytest
+from conftest import kernel_value
 
 from clmagic import Compiler, Outcome
 from clmagic.includes import find_headers, includes_of
@@ -24,16 +25,6 @@ def project(tmp_path, monkeypatch):
     (work / "inc" / "sub" / "deep.h").write_text("#define DEEP 1\n")
     monkeypatch.chdir(work)
     return work
-
-
-def _value(r) -> int:
-    import numpy as np
-
-    a = np.zeros(1, np.int32)
-    buf = cl.Buffer(r.context, cl.mem_flags.WRITE_ONLY, a.nbytes)
-    r.kernels["k"](r.queue, (1,), None, buf)
-    cl.enqueue_copy(r.queue, a, buf)
-    return int(a[0])
 
 
 def test_headers_are_found_recursively_in_order(project):
@@ -63,7 +54,7 @@ def test_a_missing_header_is_left_to_the_compiler(project, compiler):
 
 def test_editing_a_header_misses_touching_it_hits(project, compiler, settings):
     first = compiler.build(MAIN, "-Iinc")
-    assert first.outcome == Outcome.MISS and _value(first) == 42
+    assert first.outcome == Outcome.MISS and kernel_value(first) == 42
     deep = project / "inc" / "common.h"
     st = deep.stat()
     os.utime(deep, ns=(st.st_atime_ns + 10**9, st.st_mtime_ns + 10**9))  # touch, same bytes
@@ -72,7 +63,8 @@ def test_editing_a_header_misses_touching_it_hits(project, compiler, settings):
     assert same.outcome == Outcome.HIT and same.key == first.key
     deep.write_text('#include "sub/deep.h"\n#define BASE 99\n')
     edited = fresh.build(MAIN, "-Iinc")
-    assert edited.outcome == Outcome.MISS and edited.key != first.key and _value(edited) == 100
+    assert edited.outcome == Outcome.MISS and edited.key != first.key
+    assert kernel_value(edited) == 100
     (project / "inc" / "sub" / "deep.h").write_text("#define DEEP 2\n")  # two levels down
     assert fresh.build(MAIN, "-Iinc").outcome == Outcome.MISS
 
@@ -89,7 +81,7 @@ def test_relative_include_folders_follow_the_working_directory(tmp_path, monkeyp
         monkeypatch.chdir(work)
         r = compiler.build(MAIN.replace('"params.h"', "<params.h>"), "-Iinc")
         keys.append(r.key)
-        values.append(_value(r))
+        values.append(kernel_value(r))
     assert keys[0] != keys[1] and values == [1, 2]
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pyopencl as cl
 import pytest
+from conftest import kernel_value as value
 from conftest import last_json, run_child
 
 from clmagic import Compiler, Outcome
@@ -25,14 +26,6 @@ from clmagic.includes import Unkeyable, find_headers, option_inputs
 from clmagic.options import parse_options
 
 K = "\n__kernel void k(__global int *a) { a[0] = (int)(VAL); }\n"
-
-
-def value(r) -> int:
-    a = np.zeros(1, np.int32)
-    buf = cl.Buffer(r.context, cl.mem_flags.WRITE_ONLY, a.nbytes)
-    r.kernels["k"](r.queue, (1,), None, buf)
-    cl.enqueue_copy(r.queue, a, buf)
-    return int(a[0])
 
 
 @dataclass
@@ -358,3 +351,17 @@ def test_find_headers_follows_forced_includes_recursively(tmp_path):
     (tmp_path / "g.h").write_text("#define G 1\n")
     names = [n for n, _ in find_headers(K, cwd=str(tmp_path), options="-include f.h")]
     assert names == ['"f.h" @.', '"g.h" @.']
+
+
+def test_every_directive_that_names_a_file_is_scanned():
+    """Forms the drivers here do not build (``#embed`` is C23) are covered all the same;
+    ``#line`` names no file it reads; ``defined(__has_include)`` is no computed include."""
+    from clmagic.includes import includes_of
+
+    text = ('#embed "e.bin" limit(4)\n#if __has_embed("f.bin") && __has_include_next(<g.h>)\n'
+            '#endif\n#line 7 "not-read.h"\n#if defined(__has_include)\n#endif\n'
+            '%:  include_next <h.h>\n')
+    assert includes_of(text) == ['"e.bin"', "<h.h>", '"f.bin"', "<g.h>"]
+    for computed in ("#include HDR\n", "#if __has_include(HDR)\n#endif\n", "#import\n"):
+        with pytest.raises(Unkeyable, match="computed include"):
+            includes_of(computed)

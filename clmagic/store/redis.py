@@ -15,9 +15,8 @@ import json
 import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar
-from urllib.parse import urlsplit, urlunsplit
 
-from ..config import REDIS_SCHEMES, warn_once
+from ..config import REDIS_SCHEMES, redact, warn_once
 from ..entry import FORMAT_VERSION, Entry, Usage, parse_json, verified
 from ..errors import CorruptEntry
 from .base import Store, valid_name
@@ -39,16 +38,6 @@ if redis.call('EXISTS', KEYS[1]) == 1 then
 end
 return 0
 """
-
-
-def redact(url: str) -> str:
-    """``url`` without its password."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.rsplit("@", 1)[1]
-    user = parts.username or ""
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc}"))
 
 
 class RedisStore(Store):
@@ -76,6 +65,8 @@ class RedisStore(Store):
             retry=Retry(NoBackoff(), 0), retry_on_timeout=False, health_check_interval=0,
         )
         self._hit = self.client.register_script(_HIT)
+        pool = self.client.connection_pool  # a bad URL parameter fails here, not on every build
+        pool.connection_class(**pool.connection_kwargs)
 
     @classmethod
     def open(cls, url: str, ttl: int | None = None) -> RedisStore | None:
@@ -86,8 +77,8 @@ class RedisStore(Store):
         except ImportError:
             warn_once(f"{redact(url)} needs the Redis client: pip install 'clmagic[redis]'; "
                       "not using it")
-        except ValueError as exc:
-            warn_once(f"cannot use {redact(url)} as a cache ({exc})")
+        except Exception as exc:  # a malformed URL: one line, then the build goes on without it
+            warn_once(f"cannot use {redact(url)} as a cache ({redact(str(exc))})")
         return None
 
     @property
