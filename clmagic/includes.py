@@ -283,12 +283,12 @@ def find_headers(
     found = Headers()
     found.found_with = (text, tuple(include_dirs), cwd, options)
     seen: set[str] = set()
-    first = _scan(text)
-    found.static = not first.spellings and not first.computed and not extra.files
+    names = includes_of(text)
+    found.static = not names and not extra.files
     todo: deque[tuple[list[str], list[str]]] = deque()
     if extra.files:  # -include F: as if the main file began with #include "F"
         todo.append(([f'"{f}"' for f in extra.files], [cwd]))
-    todo.append((includes_of(text), [cwd]))
+    todo.append((names, [cwd]))
     while todo:
         spellings, folders = todo.popleft()
         for spelling in spellings:
