@@ -129,6 +129,7 @@ def compiler(settings: Settings) -> clmagic.Compiler:
 def kernel_value(r) -> int:
     """Run kernel ``k`` of a build result on one work-item: the int it writes to ``a[0]``."""
     import numpy as np
+    import pyopencl as cl
 
     a = np.zeros(1, np.int32)
     buf = cl.Buffer(r.context, cl.mem_flags.WRITE_ONLY, a.nbytes)
