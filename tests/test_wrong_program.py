@@ -365,3 +365,25 @@ def test_every_directive_that_names_a_file_is_scanned():
     for computed in ("#include HDR\n", "#if __has_include(HDR)\n#endif\n", "#import\n"):
         with pytest.raises(Unkeyable, match="computed include"):
             includes_of(computed)
+
+
+def test_a_header_edited_during_a_program_build_is_not_saved(tmp_path, monkeypatch, settings):
+    """The same check on ``Compiler.build_program`` (the pyopencl hook's path)."""
+    monkeypatch.chdir(tmp_path)
+    header = tmp_path / "params.h"
+    header.write_text("#define VAL 1\n")
+    real_build = cl._cl._Program._build
+
+    def build_then_edit(self, *args, **kwargs):
+        real_build(self, *args, **kwargs)
+        header.write_text("#define VAL 2\n")
+
+    c = Compiler(settings)
+    ctx = c.build(K.replace("VAL", "0")).context
+    monkeypatch.setattr(cl._cl._Program, "_build", build_then_edit)
+    built = c.build_program(ctx, f"#include {P}" + K)
+    monkeypatch.setattr(cl._cl._Program, "_build", real_build)
+    (rec,) = built.records
+    assert not rec.saved_to_store and "changed during the build" in rec.note
+    again = Compiler(settings).build_program(ctx, f"#include {P}" + K)
+    assert again.outcome == Outcome.MISS
