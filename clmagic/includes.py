@@ -219,13 +219,13 @@ def driver_flags(environ: dict[str, str] | None = None) -> dict[str, str]:
 
 # -- the search ------------------------------------------------------------------------------
 
-class Headers(list):
+class Headers(list[tuple[str, bytes]]):
     """``(name, contents)`` pairs for the key; ``stamps`` holds each file's identity and
     modification time as read, ``static`` says the source and options name no file at all
     (the list is then empty whatever the folders hold)."""
 
-    def __init__(self, *args) -> None:
-        super().__init__(*args)
+    def __init__(self, items: Iterable[tuple[str, bytes]] = ()) -> None:
+        super().__init__(items)
         self.stamps: list[tuple[str, int, int, int]] = []
         self.static = True
         self.found_with: tuple | None = None  # find_headers' arguments, for headers_changed
