@@ -157,7 +157,12 @@ def test_saver_runs_jobs_in_order_and_waits_by_tag():
 
 
 def _split(source: str) -> str:
-    return "\n".join(line.rstrip() for line in source.splitlines()) + "\n"
+    """The slow path (issue 11: split at \\n only, blanks kept after a splice)."""
+    lines = source.replace("\r\n", "\n").split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    return "\n".join(line if line.rstrip(" \t").endswith(("\\", "??/"))
+                     else line.rstrip(" \t") for line in lines) + "\n"
 
 
 def test_normalise_fast_path_agrees_with_the_split():
