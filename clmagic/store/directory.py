@@ -36,6 +36,7 @@ from pathlib import Path
 from ..config import warn_once
 from ..entry import HEADER, MAX_BINARY, MAX_META, Entry, EntryMeta, Usage, decode, encode, read_meta
 from ..errors import CorruptEntry
+from ..lifetime import _alive
 from ._fs import (
     O_NOFOLLOW,
     NotAFile,
@@ -60,16 +61,6 @@ CODE_SUFFIX = ".code"
 #: no valid entry file is larger
 MAX_FILE = HEADER.size + MAX_META + MAX_BINARY + 32
 _FULL = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:
-        return True
-    return True
 
 
 def _sweep_tmp(folder: Path, names: Iterable[str], prefix: str = "", everything: bool = False
