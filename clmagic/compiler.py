@@ -13,7 +13,7 @@ import dataclasses
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import pyopencl as cl
@@ -88,6 +88,7 @@ class Compiler:
         self._lock = threading.Lock()  # memory and history; builds themselves run in parallel
         #: a MISS's binary readout and save, and the hit counter, run here, off the user's path
         self._saver = Saver()
+        self._hits: list[tuple[Store, str, str]] = []  # store hits not counted yet
         self._store: Store | None = None
         self.store = store_for(self.settings) if isinstance(store, _Default) else store
         self._history = History(debug=self.settings.debug, level=self.settings.record)
@@ -333,7 +334,7 @@ class Compiler:
             with self._lock:
                 kept = self._history.add(rec)
         if not save:
-            self.counters.add(rec.fingerprint, outcome, 1, rec.saved_ms)
+            self.counters.add(rec.fingerprint, outcome, 1, rec.saved_ms, later=self._later)
         pending = self._save_later(rec, kept, built.program, trip.dev, why) if save else None
         self._history.changed()
         return BuildResult(built.program, built.kernels, trip.ctx, trip.queue, trip.prep.opts,
@@ -467,10 +468,26 @@ class Compiler:
             f"not saved ({store.reason or 'store refused it'})")
 
     def _count_hit(self, fingerprint: str, key: str) -> None:
-        """Count a store hit on the saver's thread (the user does not wait for a counter)."""
+        """Count a store hit on the saver's thread (the user does not wait for a counter); one
+        job counts every hit made until it runs."""
         store = self._store
-        if store is not None:
-            self._saver.submit(None, lambda: self._record_hit(store, fingerprint, key))
+        if store is None:
+            return
+        with self._lock:
+            self._hits.append((store, fingerprint, key))
+            if len(self._hits) > 1:
+                return  # the job already asked for counts this one too
+        self._saver.submit(None, self._count_hits, wake=False)
+
+    def _count_hits(self) -> None:
+        with self._lock:
+            hits, self._hits = self._hits, []
+        for store, fingerprint, key in hits:
+            self._record_hit(store, fingerprint, key)
+
+    def _later(self, job: Callable[[], object]) -> None:
+        """Run ``job`` on the saver's thread, when it runs anyway (see :class:`Saver`)."""
+        self._saver.submit(None, job, wake=False)
 
     @staticmethod
     def _record_hit(store: Store | None, fingerprint: str, key: str) -> None:

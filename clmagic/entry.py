@@ -236,15 +236,36 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
+class _NotFinite(ValueError):
+    pass
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):  # 1e999
+        raise _NotFinite(text[:20])
+    return value
+
+
+#: one decoder and one encoder for every entry (``json.loads``/``dumps`` with arguments would
+#: make one per call): no NaN or infinity is read
+_JSON = json.JSONDecoder(parse_constant=_no_constant, parse_float=_finite)
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+
+
 def parse_json(raw: bytes | str) -> EntryMeta:
     """Metadata from its JSON text (an entry file's, a Redis hash's ``meta``), checked."""
+    if len(raw) > MAX_META:
+        raise CorruptEntry(f"metadata of {len(raw)} bytes is over the {MAX_META} limit")
     try:
-        meta = json.loads(raw, parse_constant=_no_constant)
+        meta = _JSON.decode(raw if isinstance(raw, str) else raw.decode("utf-8"))
+    except _NotFinite:
+        raise CorruptEntry("metadata holds NaN or infinity") from None
     except (UnicodeDecodeError, ValueError, TypeError) as exc:
         raise CorruptEntry(f"metadata is not valid JSON: {exc}") from None
     except RecursionError:
         raise CorruptEntry("metadata is nested too deeply") from None
-    return check_meta(meta)
+    return check_meta(meta, bounded=True)
 
 
 def _parse_meta(raw: bytes, crc: int) -> EntryMeta:
@@ -275,11 +296,12 @@ def _bound(meta: dict[str, Any]) -> None:
             raise CorruptEntry(f"metadata is over the {MAX_META} byte limit")
 
 
-def check_meta(meta: Any) -> EntryMeta:
+def check_meta(meta: Any, bounded: bool = False) -> EntryMeta:
     """Check metadata however it was read (entry file, SQLite columns, Redis hash): a dict with
     every required field of its type (an optional one, when present, too), names as strings, no
-    NaN or infinity anywhere, at most :data:`MAX_META` bytes of content. Returns it typed;
-    raises :class:`CorruptEntry` saying what is wrong."""
+    NaN or infinity anywhere, at most :data:`MAX_META` bytes of content (``bounded``: already
+    known, as of metadata :func:`parse_json` read). Returns it typed; raises
+    :class:`CorruptEntry` saying what is wrong."""
     if not isinstance(meta, dict):
         raise CorruptEntry("metadata is not a JSON object")
     typed: dict[str, Any] = {}
@@ -294,7 +316,8 @@ def check_meta(meta: Any) -> EntryMeta:
                 raise CorruptEntry(f"metadata field {f.name!r} holds a non-string")
             value = tuple(value)
         typed[f.name] = float(value) if f.type == "float" else value
-    _bound(meta)
+    if not bounded:
+        _bound(meta)
     other = {k: v for k, v in meta.items() if k not in _NAMES}
     typed_meta = EntryMeta(**typed, other=other)
     _check_digest(typed_meta)
@@ -309,7 +332,7 @@ def canonical(meta: EntryMeta) -> bytes:
     format version, as sorted, spaceless, ASCII JSON."""
     doc = {k: v for k, v in meta.to_json().items() if k not in _SEAL}
     doc["format"] = FORMAT_VERSION
-    return json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()
+    return _CANONICAL.encode(doc).encode()
 
 
 def seal(meta: EntryMeta, secret: bytes | None) -> EntryMeta:
@@ -369,14 +392,50 @@ def decode(data: bytes | bytearray, key: str | None = None, fingerprint: str | N
     """
     view = memoryview(data)  # slices below copy nothing until the verified binary
     meta_len, meta_crc, bin_len = _parse_header(view[: HEADER.size])
-    expected = HEADER.size + meta_len + bin_len + 32
-    if len(data) != expected:
-        raise CorruptEntry(f"size {len(data)} bytes, header says {expected}")
-    meta = _parse_meta(bytes(view[HEADER.size : HEADER.size + meta_len]), meta_crc)
+    _check_size(len(data), meta_len, bin_len)
     start = HEADER.size + meta_len
-    if bytes(view[start + bin_len :]).hex() != meta.binary_sha256:
+    return _assemble(bytes(view[HEADER.size : start]), meta_crc, view[start : start + bin_len],
+                     bytes(view[start + bin_len :]), key, fingerprint, usage)
+
+
+def read_entry(fh: IO[bytes], size: int, key: str | None = None,
+               fingerprint: str | None = None, usage: Usage = Usage()) -> Entry:
+    """:func:`decode` of an open entry file of ``size`` bytes, read part by part so that the
+    binary is read into its own bytes, never copied (a HIT reads megabytes on some drivers)."""
+    meta_len, meta_crc, bin_len = _parse_header(_read_exactly(fh, HEADER.size))
+    _check_size(size, meta_len, bin_len)
+    raw, binary = _read_exactly(fh, meta_len), _read_exactly(fh, bin_len)
+    trailer = _read_exactly(fh, 33)
+    if len(raw) != meta_len or len(binary) != bin_len or len(trailer) != 32:
+        raise CorruptEntry("the file changed size while it was read")
+    return _assemble(raw, meta_crc, binary, trailer, key, fingerprint, usage)
+
+
+def _read_exactly(fh: IO[bytes], n: int) -> bytes:
+    """``n`` bytes, fewer only at the end of the file (one read of a regular file mostly; a
+    network file system may return less per read)."""
+    parts, got = [], 0
+    while got < n:
+        part = fh.read(n - got)
+        if not part:
+            break
+        parts.append(part)
+        got += len(part)
+    return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+def _check_size(size: int, meta_len: int, bin_len: int) -> None:
+    expected = HEADER.size + meta_len + bin_len + 32
+    if size != expected:
+        raise CorruptEntry(f"size {size} bytes, header says {expected}")
+
+
+def _assemble(raw: bytes, crc: int, binary: bytes | memoryview, trailer: bytes,
+              key: str | None, fingerprint: str | None, usage: Usage) -> Entry:
+    meta = _parse_meta(raw, crc)
+    if trailer.hex() != meta.binary_sha256:
         raise CorruptEntry("binary checksum mismatch")
-    return verified(meta, view[start : start + bin_len], key, fingerprint, usage)
+    return verified(meta, binary, key, fingerprint, usage)
 
 
 def read_meta(fh: IO[bytes]) -> EntryMeta:

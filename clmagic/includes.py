@@ -36,6 +36,7 @@ from __future__ import annotations
 import os
 import re
 import stat
+import threading
 from collections import deque
 from collections.abc import Iterable, Sequence
 from typing import NamedTuple
@@ -75,8 +76,9 @@ _HAS = re.compile(rf"\b(__has_include_next|__has_include|__has_embed){_BLANK}\({
 _LITERAL = re.compile(r'(?:#|%:|\?\?=)\s*(?:include_next|include|import|embed)\s*'
                       r'(?:"([^"\n]*)"|<([^>\n]*)>)'
                       r'|__has_(?:include_next|include|embed)\s*\(\s*(?:"([^"\n]*)"|<([^>\n]*)>)')
-# a directive needs one of these (a source without them reads no file)
-_MAYBE = re.compile(r"#|%:|\?\?=|__has_")
+# every form that names a file holds one of these words once lines are spliced
+_WORDS = ("include", "import", "embed")
+_MARKS = ("#", "%:", "??=", "*/")
 
 
 def _phases(text: str, trigraphs: bool) -> str:
@@ -114,9 +116,51 @@ class _Named(NamedTuple):
     computed: str  # the first directive whose operand is not a literal, else ""
 
 
+def _names_nothing(text: str) -> bool:
+    """Whether ``text`` surely names no file, by substring searches (no regex: most sources end
+    here, a licence's "included in all copies" too). Every form that names a file holds a word
+    ``include``, ``import`` or ``embed`` once lines are spliced (with and without trigraphs:
+    ``??/`` splices) and has, before that word on its line, a ``#``, ``%:`` or ``??=`` — or a
+    ``*/`` (a comment from an earlier line may sit between the ``#`` and the word), or
+    ``__has_`` right before it, or only blanks (the ``#`` may end an earlier line: the scan
+    reads ``#`` and the word across blank lines too). A word after anything else is prose or
+    code, never a directive's."""
+    forms = [text]
+    if "\\" in text or "??/" in text:
+        forms = [_phases(text, trigraphs=t) for t in ([False, True] if "??/" in text else [False])]
+    for form in forms:
+        for word in _WORDS:
+            at = form.find(word)
+            while at >= 0:
+                line = form[form.rfind("\n", 0, at) + 1:at]
+                if (not line.strip() or line.endswith("__has_")
+                        or any(mark in line for mark in _MARKS)):
+                    return False
+                at = form.find(word, at + len(word))
+    return True
+
+
+_SCANNED: dict[str, _Named] = {}  # texts scanned in full (headers met again and again)
+_SCANNED_MAX = 128
+_SCANNED_LOCK = threading.Lock()
+
+
 def _scan(text: str) -> _Named:
-    if not _MAYBE.search(text):
+    if _names_nothing(text):
         return _Named([], "")
+    named = _SCANNED.get(text)
+    if named is None:
+        named = _scan_all(text)
+        if len(text) <= 256 << 10:
+            with _SCANNED_LOCK:
+                if len(_SCANNED) >= _SCANNED_MAX:
+                    _SCANNED.pop(next(iter(_SCANNED)))
+                _SCANNED[text] = named
+    return _Named(list(named.spellings), named.computed)
+
+
+def _scan_all(text: str) -> _Named:
+    """Every name ``text`` may include, by the preprocessor's phases (see :func:`_scan`)."""
     names: list[str] = []
     computed = ""
     variants = [False, True] if "??" in text else [False]

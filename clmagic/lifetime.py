@@ -28,6 +28,7 @@ import struct
 import threading
 import zlib
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 
 from .config import warn_once
@@ -130,28 +131,55 @@ class Counters:
         self._fd: int | None = None
         self._own: Tally = {}
         self._slots: dict[tuple[str, str], int] = {}
+        self._todo: Tally = {}  # counted, not written yet
+        self._queued = False  # a flush is asked for
         self._broken = folder is None
 
     # -- writing -------------------------------------------------------------------------------
 
-    def add(self, fingerprint: str, name: str, count: float = 1, value: float = 0.0) -> None:
+    def add(self, fingerprint: str, name: str, count: float = 1, value: float = 0.0, *,
+            later: Callable[[Callable[[], None]], object] | None = None) -> None:
         """Count ``count`` events ``name`` of a device (and ``value``: ms saved, bytes freed).
-        Never raises: a folder that cannot be written turns lifetime counting off, once."""
+        This session's count is there at once; the file is written now, or with ``later``
+        (e.g. a background thread's submit) by one :meth:`flush` for all the events counted
+        until it runs. Never raises: a folder that cannot be written turns lifetime counting
+        off, once."""
         with self._lock:
             slot = self.session[(fingerprint, name)]
             slot[0] += count
             slot[1] += value
             if self._broken:
                 return
-            try:
-                if self._pid != os.getpid() and not self._open():
-                    return  # no cache folder yet: nothing made in it unasked
-                own = self._own.setdefault((fingerprint, name), [0.0, 0.0])
+            todo = self._todo.setdefault((fingerprint, name), [0.0, 0.0])
+            todo[0] += count
+            todo[1] += value
+            if later is None:
+                self._write_todo()
+                return
+            if self._queued:
+                return  # the flush already asked for writes this one too
+            self._queued = True
+        later(self.flush)
+
+    def flush(self) -> None:
+        """Write what :meth:`add` counted and has not written yet."""
+        with self._lock:
+            self._write_todo()
+
+    def _write_todo(self) -> None:
+        todo, self._todo, self._queued = self._todo, {}, False
+        if not todo or self._broken:
+            return
+        try:
+            if self._pid != os.getpid() and not self._open():
+                return  # no cache folder yet: nothing made in it unasked
+            for key, (count, value) in todo.items():
+                own = self._own.setdefault(key, [0.0, 0.0])
                 own[0] += count
                 own[1] += value
-                self._write((fingerprint, name))
-            except OSError as exc:
-                self._give_up(exc)
+                self._write(key)
+        except OSError as exc:
+            self._give_up(exc)
 
     def _give_up(self, exc: OSError) -> None:
         self._broken = True
@@ -232,6 +260,7 @@ class Counters:
         if self.folder is None:
             return total
         with self._lock:
+            self._write_todo()
             try:
                 names = os.listdir(self.folder)
             except OSError:
@@ -266,6 +295,7 @@ class Counters:
     def close(self) -> None:
         """Close this process's file (reopened, as a new file, on the next event)."""
         with self._lock:
+            self._write_todo()
             if self._fd is not None and self._pid == os.getpid():
                 os.close(self._fd)
             self._fd, self._pid = None, -1

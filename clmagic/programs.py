@@ -64,7 +64,8 @@ def build_program(compiler: Compiler, context: cl.Context, source: str | bytes,
                 for rec in recs:
                     compiler._history.add(rec)
         for rec in recs:
-            compiler.counters.add(rec.fingerprint, rec.outcome, 1, rec.saved_ms)
+            compiler.counters.add(rec.fingerprint, rec.outcome, 1, rec.saved_ms,
+                                  later=compiler._later)
         compiler._history.changed()
         return ProgramBuild(built.program, outcome, recs, built.log)
 

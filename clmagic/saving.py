@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import atexit
 import threading
+import time
 import weakref
 from collections import deque
 from collections.abc import Callable, Hashable
@@ -56,21 +57,36 @@ class Pending(Generic[T]):
 
 class Saver:
     """A queue of jobs run in order by one daemon thread, started on the first job; jobs may be
-    tagged with a key that :meth:`wait` can wait for."""
+    tagged with a key that :meth:`wait` can wait for.
+
+    A job submitted with ``wake=False`` (counters: nobody waits for them) does not make the
+    thread run: it runs with the next job that does, at :meth:`flush`, or :data:`LAZY_S`
+    seconds after the first job of the queue was queued, whichever comes first. So a burst of
+    HITs costs one thread switch, not one each: a worker that runs takes the GIL from the
+    user's thread for its own Python code."""
+
+    #: the longest a job that does not wake the thread waits for one that does
+    LAZY_S = 1.0
 
     def __init__(self) -> None:
         self._cond = threading.Condition()
         self._jobs: deque[tuple[tuple[Hashable, ...], Callable[[], object]]] = deque()
         self._pending: dict[Hashable, int] = {}
         self._busy = 0  # jobs queued or running
+        self._awake = False  # run the queue now (a job that wakes was queued, or a flush)
+        self._since = 0.0  # when the oldest job waiting was queued
         self._thread: threading.Thread | None = None
         _SAVERS.add(self)
 
-    def submit(self, tag: Hashable, job: Callable[[], object], *more: Hashable) -> None:
+    def submit(self, tag: Hashable, job: Callable[[], object], *more: Hashable,
+               wake: bool = True) -> None:
         """Run ``job()`` on the worker thread; ``tag`` (``None``: untagged) and the ``more``
-        tags are pending until then."""
+        tags are pending until then. ``wake=False``: no hurry (see the class)."""
         tags = tuple(t for t in (tag, *more) if t is not None)
         with self._cond:
+            first = not self._jobs  # the worker sleeps without a deadline: give it one
+            if first:
+                self._since = time.monotonic()
             self._jobs.append((tags, job))
             self._busy += 1
             for t in tags:
@@ -79,7 +95,10 @@ class Saver:
                 self._thread = threading.Thread(target=self._run, name="clmagic-saver",
                                                 daemon=True)
                 self._thread.start()
-            self._cond.notify_all()
+            if wake:
+                self._awake = True
+            if wake or first:
+                self._cond.notify_all()
 
     def pending(self, tag: Hashable) -> bool:
         """Whether a job tagged ``tag`` has not finished yet (no waiting)."""
@@ -90,6 +109,8 @@ class Saver:
         if tag not in self._pending or self._on_worker():
             return
         with self._cond:
+            self._awake = True
+            self._cond.notify_all()
             while tag in self._pending:
                 self._cond.wait()
 
@@ -98,6 +119,8 @@ class Saver:
         if not self._busy or self._on_worker():
             return
         with self._cond:
+            self._awake = True
+            self._cond.notify_all()
             while self._busy:
                 self._cond.wait()
 
@@ -114,9 +137,14 @@ class Saver:
         # holds the GIL, and then the user's thread would wait for it
         while True:
             with self._cond:
-                while not self._jobs:
-                    self._cond.wait()
+                while not self._jobs or not self._awake:
+                    due = self._since + self.LAZY_S - time.monotonic()
+                    if self._jobs and due <= 0:
+                        break
+                    self._cond.wait(due if self._jobs else None)
                 tags, job = self._jobs.popleft()
+                if not self._jobs:
+                    self._awake = False
             try:
                 job()
             except Exception as exc:  # a save that fails is reported, never fatal

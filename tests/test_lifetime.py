@@ -151,3 +151,28 @@ def test_new_outcomes_are_counted_and_shown_generically(tmp_path):
     assert "rekeyed" in str(s) and s.lifetime["REKEYED"] == 2
     assert json.loads(json.dumps(s.as_dict()))["lifetime"]["counts"]["REKEYED"] == 2
     assert os.path.isdir(Path(tmp_path / "stats"))
+
+
+def test_counts_written_later_are_one_flush_and_never_lost(tmp_path):
+    """``add(..., later=...)`` (the HIT path hands the write to the saver's thread): the session
+    count is there at once, one flush is asked for however many events come before it runs, a
+    reader of the lifetime (in this process) sees them all, and a process that ends normally
+    has written them (the saver finishes its jobs at exit)."""
+    asked: list = []
+    c = Counters(tmp_path / "stats")
+    for _ in range(5):
+        c.add(FP, "HIT", 1, 2.0, later=asked.append)
+    assert c.session[(FP, "HIT")] == [5, 10.0]
+    assert len(asked) == 1 and not list((tmp_path / "stats").glob("*.cnt"))
+    assert Counters(tmp_path / "stats").lifetime() == {}  # another reader: not written yet
+    asked[0]()
+    assert Counters(tmp_path / "stats").lifetime()[(FP, "HIT")] == [5, 10.0]
+    c.add(FP, "HIT", later=asked.append)  # a new batch asks again; our own reader flushes
+    assert len(asked) == 2 and c.lifetime()[(FP, "HIT")] == [6, 10.0]
+    code = ("import sys\nfrom clmagic.lifetime import Counters\nfrom clmagic.saving import Saver\n"
+            "s = Saver()\nc = Counters(sys.argv[1])\n"
+            "for _ in range(50):\n    c.add('0123456789abcdef', 'HIT', later=lambda job: "
+            "s.submit(None, job))\n")
+    subprocess.run([sys.executable, "-c", code, str(tmp_path / "child")], env=child_env(),
+                   check=True)
+    assert Counters(tmp_path / "child").lifetime()[(FP, "HIT")][0] == 50

@@ -156,6 +156,29 @@ def test_saver_runs_jobs_in_order_and_waits_by_tag():
     assert seen == [1, 2, 3]
 
 
+def test_jobs_that_do_not_wake_run_with_the_next_that_does_on_flush_or_after_a_while():
+    """Counters are submitted with ``wake=False``: no thread switch per HIT, yet none is lost."""
+    saver = Saver()
+    saver.LAZY_S = 0.3
+    seen: list[str] = []
+    saver.submit(None, lambda: seen.append("idle"))  # the thread is up and waiting
+    saver.flush()
+    saver.submit(None, lambda: seen.append("lazy"), wake=False)
+    time.sleep(0.1)
+    assert seen == ["idle"] and saver.busy == 1  # not woken for it
+    saver.submit("save", lambda: seen.append("save"))
+    saver.wait("save")
+    assert seen == ["idle", "lazy", "save"]  # in order, with the job that woke the thread
+    saver.submit(None, lambda: seen.append("flushed"), wake=False)
+    saver.flush()
+    assert seen[-1] == "flushed"
+    t0 = time.monotonic()
+    saver.submit(None, lambda: seen.append("late"), wake=False)
+    while seen[-1] != "late" and time.monotonic() - t0 < 10:
+        time.sleep(0.02)
+    assert seen[-1] == "late" and 0.25 <= time.monotonic() - t0 < 5  # after LAZY_S, unasked
+
+
 def _split(source: str) -> str:
     """The slow path (issue 11: split at \\n only, blanks kept after a splice)."""
     lines = source.replace("\r\n", "\n").split("\n")

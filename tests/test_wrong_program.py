@@ -387,3 +387,43 @@ def test_a_header_edited_during_a_program_build_is_not_saved(tmp_path, monkeypat
     assert not rec.saved_to_store and "changed during the build" in rec.note
     again = Compiler(settings).build_program(ctx, f"#include {P}" + K)
     assert again.outcome == Outcome.MISS
+
+
+def test_the_quick_include_check_agrees_with_the_full_scan():
+    """The substring check that lets most sources skip the scan never hides a name: on every
+    case above, 3000 random sources built from the pieces that hide a directive (splices of
+    every kind, trigraphs, comments, digraphs, ``__has_include``) and 3000 directives with such pieces between any two
+    characters, whenever the full scan finds
+    a name or a computed include, the quick check says the source may name one."""
+    import random
+
+    from clmagic.includes import _names_nothing, _scan_all
+
+    pieces = ["#", "%:", "??=", "inc", "lude", "include", "_next", "import", "emb", "ed",
+              "__has_", "(", ")", '"p.h"', "<p.h>", "\\\n", "\\ \n", "\\\r\n", "??/\n", "??/",
+              "/*", "*/", "//", "\n", " ", "\t", "H", "#define H <p.h>\n", "x", " * included ",
+              "a = embed;", "\r", "\f", "??"]
+    rng = random.Random(7)
+    hazards = ["\\\n", "\\ \n", "\\\r\n", "??/\n", "/**/", "/*\n*/", " ", "\n"]
+
+    def directive() -> str:  # a directive with hazards between any two characters
+        word = rng.choice(["include", "include_next", "import", "embed"])
+        text = rng.choice(["#", "%:", "??=", " # "]) + word + rng.choice([' "p.h"', " <p.h>", " H"])
+        if rng.random() < 0.3:
+            text = f"#if {rng.choice(['__has_include', '__has_embed'])}(<p.h>)\n#endif"
+        for _ in range(rng.randint(0, 3)):
+            at = rng.randrange(len(text) + 1)
+            text = text[:at] + rng.choice(hazards) + text[at:]
+        return text + "\n"
+
+    texts = [c.src for c in CASES] + [
+        "".join(rng.choice(pieces) for _ in range(rng.randint(1, 14))) for _ in range(3000)] + [
+        directive() for _ in range(3000)]
+    found = skipped = 0
+    for text in texts:
+        full = _scan_all(text)
+        if full.spellings or full.computed:
+            found += 1
+            assert not _names_nothing(text), text
+        skipped += _names_nothing(text) and any(w in text for w in ("include", "embed"))
+    assert found > 1000 and skipped > 300  # both sides of the check are exercised

@@ -34,7 +34,8 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from ..config import warn_once
-from ..entry import HEADER, MAX_BINARY, MAX_META, Entry, EntryMeta, Usage, decode, encode, read_meta
+from ..entry import (HEADER, MAX_BINARY, MAX_META, Entry, EntryMeta, Usage, encode, read_entry,
+                     read_meta)
 from ..errors import CorruptEntry
 from ..lifetime import _alive
 from ._fs import (
@@ -231,14 +232,10 @@ class DirectoryStore(Store):
                 size = os.fstat(fd).st_size
                 if size > MAX_FILE:  # before allocating: a planted giant is not read
                     raise CorruptEntry(f"{path.name} is {size} bytes, over any entry's size")
-                data = bytearray(size)  # one read, no growing buffer
-                got = fh.readinto(data)
-                if got != len(data):
-                    raise CorruptEntry(f"short read of {path.name}")
+                entry = read_entry(fh, size, key, fingerprint, self._usage(path, size))
         except OSError as exc:  # e.g. a directory where the file should be
             raise CorruptEntry(f"cannot read {path.name}: {exc.strerror}") from None
-        return self._vet(decode(data, key=key, fingerprint=fingerprint,
-                                usage=self._usage(path, size)))
+        return self._vet(entry)
 
     def _sweep(self, path: Path) -> int:
         """Remove leftover temp files of ``path`` whose writer is gone; how many."""
