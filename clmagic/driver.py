@@ -120,11 +120,13 @@ def from_source(ctx: cl.Context, devs: Sequence[cl.Device], source: str, options
 def from_binaries(ctx: cl.Context, devs: Sequence[cl.Device], binaries: Sequence[bytes],
                   options: str, kernels: bool = True) -> Built:
     """Load one binary per device and build (link) them with ``options``; ``build_ms`` is the
-    load time. Raises ``cl.Error`` when the driver refuses a binary."""
+    load time, ``log`` empty (the caller has the first build's). Raises ``cl.Error`` when the
+    driver refuses a binary."""
     t = time.perf_counter()
     prg = cl._cl._Program(ctx, list(devs), list(binaries))
     prg._build(options=options.encode(), devices=list(devs))
-    return _built(ctx, prg, (time.perf_counter() - t) * 1000, _logs(prg, devs), kernels)
+    # no log read: a program loaded from a binary shows its first build's log
+    return _built(ctx, prg, (time.perf_counter() - t) * 1000, "", kernels)
 
 
 def _built(ctx: cl.Context, prg: Any, build_ms: float, log: str, kernels: bool) -> Built:
