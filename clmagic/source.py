@@ -3,14 +3,9 @@ IPython normalises a cell, and its one-line preview for the history."""
 
 from __future__ import annotations
 
-import re
-
 from .errors import ClmagicError
 
 __all__ = ["MAX_SOURCE", "check_source", "normalise_source", "preview"]
-
-# a line that ends in a splice (backslash or the ??/ trigraph, maybe followed by blanks)
-_SPLICE_END = re.compile(r"(?:\\|\?\?/)[ \t]*\Z")
 
 #: the largest source accepted, in bytes (a bigger cell is almost surely a pasting accident)
 MAX_SOURCE = 4 << 20
@@ -72,7 +67,9 @@ def normalise_source(source: str) -> str:
     lines = source.split("\n")
     if lines[-1] == "":
         lines.pop()  # the text after the last newline
-    out = [line if _SPLICE_END.search(line) else line.rstrip(" \t") for line in lines]
+    out = [line.rstrip(" \t") for line in lines]
+    if "\\" in source or "??/" in source:  # a line that ends in a splice keeps its blanks
+        out = [line if cut.endswith(("\\", "??/")) else cut for line, cut in zip(lines, out)]
     return "\n".join(out) + "\n"
 
 
