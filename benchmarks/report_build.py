@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import subprocess
 from pathlib import Path
@@ -62,11 +63,13 @@ def summarise(corpus: dict, timings: dict, imports: dict, args) -> dict:
             c: statistics.median([r["median_ms"][c] for r in rows if c in r["median_ms"]])
             for c in COLUMNS if any(c in r["median_ms"] for r in rows)
         }
+    commit = os.environ.get("CLMAGIC_BENCH_COMMIT", "")  # a copy without .git (the GPU host)
     try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                                text=True, cwd=Path(__file__).parent).stdout.strip()
+        commit = commit or subprocess.run(["git", "rev-parse", "--short", "HEAD"],
+                                          capture_output=True, text=True,
+                                          cwd=Path(__file__).parent).stdout.strip()
     except OSError:
-        commit = ""
+        pass
     return {
         "device": corpus["device"], "device_label": corpus["label"],
         "skipped": corpus["skipped"], "kernels": len(per_kernel), "repeats": args.repeats,

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# The GPU host's benchmark run (NVIDIA, Python 3.12, no package registry): a venv from carried
+# cp312 wheels (.whl/: pyopencl and its pure-Python needs, IPython for the magic role, Mako),
+# the silx/pyFAI corpus unpacked in .corpus/ (benchmarks/corpus.py extract_cl), results to $OUT.
+#
+#   benchmarks/gpu_run.sh on|off|hook [max-real] [repeats]...   (several steps in one call)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. ../shared/tools/nvidia-opencl-env.sh
+OUT=${OUT:-/tmp/gpu-out}
+mkdir -p "$OUT"
+if [ ! -x /tmp/gpu-venv/bin/python ]; then
+  python3 -m venv --system-site-packages /tmp/gpu-venv
+  /tmp/gpu-venv/bin/pip install -q --no-index --no-deps .whl/*.whl
+fi
+PY=/tmp/gpu-venv/bin/python
+export PYTHONPATH=$PWD
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$OUT/machine.txt" || true
+for step in "$@"; do
+  case $step in
+    on)  $PY benchmarks/bench_build.py --device nvidia --corpus-dir .corpus --driver-cache on \
+           --max-real "${MAX_REAL_ON:-9}" --repeats "${REPEATS_ON:-3}" --label nvidia-h200-on \
+           --out "$OUT" ;;
+    off) $PY benchmarks/bench_build.py --device nvidia --corpus-dir .corpus --driver-cache off \
+           --max-real "${MAX_REAL_OFF:-5}" --max-bytes 30000 --repeats "${REPEATS_OFF:-2}" \
+           --label nvidia-h200-off --out "$OUT" ;;
+    hook) $PY benchmarks/bench_hook.py --device nvidia --repeats "${REPEATS_HOOK:-7}" \
+           --label nvidia-h200 --out "$OUT" ;;
+    *) echo "gpu_run.sh: unknown step $step (on, off, hook)" >&2; exit 2 ;;
+  esac
+done
