@@ -64,25 +64,33 @@ def normalise_source(source: str) -> str:
         return source
     if "\r\n" in source:
         source = source.replace("\r\n", "\n")
-    lines = source.split("\n")
-    if lines[-1] == "":
-        lines.pop()  # the text after the last newline
-    out = [line.rstrip(" \t") for line in lines]
-    if "\\" in source or "??/" in source:  # a line that ends in a splice keeps its blanks
-        out = [line if cut.endswith(("\\", "??/")) else cut for line, cut in zip(lines, out)]
-    return "\n".join(out) + "\n"
-
-
-#: ASCII characters that end a line for ``str.splitlines`` or are stripped by ``str.rstrip``,
-#: besides the space, the tab and ``\n`` (checked on their own, next to a ``\n``)
-_ODD = "\r\x0b\x0c\x1c\x1d\x1e\x1f"
+    if not source.endswith("\n"):
+        source += "\n"  # the last line ends like the others (and loses its blanks below)
+    out: list[str] = []  # the text in pieces: only the lines that end in blanks are cut
+    start = 0  # the text not yet copied
+    # the next line end after a space, after a tab (each line end is one or the other)
+    space, tab = source.find(" \n"), source.find("\t\n")
+    while space >= 0 or tab >= 0:
+        newline = (min(space, tab) if space >= 0 and tab >= 0 else max(space, tab)) + 1
+        if newline == space + 1:
+            space = source.find(" \n", newline)
+        else:
+            tab = source.find("\t\n", newline)
+        line = source.rfind("\n", 0, newline) + 1
+        cut = line + len(source[line:newline].rstrip(" \t"))
+        if not source.endswith(("\\", "??/"), line, cut):  # a splice keeps its blanks
+            out.append(source[start:cut])
+            start = newline
+    out.append(source[start:])
+    return "".join(out)
 
 
 def _is_normal(source: str) -> bool:
-    """Whether :func:`normalise_source` would return ``source`` unchanged: ASCII, ending with
-    ``\n``, no space or tab before a ``\n``, no other line break or whitespace control."""
-    return (source.endswith("\n") and source.isascii() and " \n" not in source
-            and "\t\n" not in source and not any(c in source for c in _ODD))
+    """Whether :func:`normalise_source` would return ``source`` unchanged: ending with ``\n``,
+    no ``\r\n``, no space or tab before a ``\n`` (lines are split at ``\n`` alone and lose
+    only spaces and tabs, so other characters, non-ASCII ones too, change nothing)."""
+    return (source.endswith("\n") and " \n" not in source and "\t\n" not in source
+            and "\r\n" not in source)
 
 
 def preview(source: str, width: int = 60) -> str:

@@ -190,10 +190,16 @@ def _split(source: str) -> str:
 
 def test_normalise_fast_path_agrees_with_the_split():
     rng = random.Random(15)
-    alphabet = "ab \t\n\r\x0b\x0c\x1c\x1d\x1e\x1f\x85\u2028\u2029\xa0\u3000;{}"
+    alphabet = "ab \t\n\r\x0b\x0c\x1c\x1d\x1e\x1f\x85\u2028\u2029\xa0\u3000;{}\\?/"
     for _ in range(50_000):
         s = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 14)))
         assert normalise_source(s) == _split(s), repr(s)
+    pieces = ["a", " ", "\t", "\\", "??/", "\r\n", "\n", "é"]  # splices next to blanks
+    for _ in range(20_000):
+        s = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 16)))
+        assert normalise_source(s) == _split(s), repr(s)
     normal = "__kernel void k(__global int *a)\n{\n    a[0] = 1;\n}\n"
     assert normalise_source(normal) is normal
+    odd = "// Å, \u2028, \x0c and a lone \r are no line ends here\n" + normal  # nor copied
+    assert normalise_source(odd) is odd
 
