@@ -120,6 +120,9 @@ SQL_FIELDS: tuple[str, ...] = tuple(f.name for f in META_FIELDS if f.metadata["c
 _NAMES = frozenset(f.name for f in META_FIELDS)
 _KINDS: dict[str, tuple[type, ...]] = {"str": (str,), "int": (int,), "float": (int, float),
                                        "tuple[str, ...]": (list,)}
+#: per field: name, the types its JSON value may have, whether it may be absent, whether a float
+_CHECKS = [(f.name, _KINDS[str(f.type)], f.default is not dataclasses.MISSING, f.type == "float")
+           for f in META_FIELDS]
 
 
 #: the latest time an entry may carry (2200-01-01 UTC); later, negative or not finite: unknown
@@ -305,17 +308,17 @@ def check_meta(meta: Any, bounded: bool = False) -> EntryMeta:
     if not isinstance(meta, dict):
         raise CorruptEntry("metadata is not a JSON object")
     typed: dict[str, Any] = {}
-    for f in META_FIELDS:
-        if f.name not in meta and f.default is not dataclasses.MISSING:
+    for name, kinds, optional, is_float in _CHECKS:
+        if optional and name not in meta:
             continue
-        value: Any = meta.get(f.name)
-        if not isinstance(value, _KINDS[str(f.type)]) or isinstance(value, bool):
-            raise CorruptEntry(f"metadata field {f.name!r} missing or of the wrong type")
+        value: Any = meta.get(name)
+        if not isinstance(value, kinds) or isinstance(value, bool):
+            raise CorruptEntry(f"metadata field {name!r} missing or of the wrong type")
         if isinstance(value, list):
             if not all(isinstance(k, str) for k in value):
-                raise CorruptEntry(f"metadata field {f.name!r} holds a non-string")
+                raise CorruptEntry(f"metadata field {name!r} holds a non-string")
             value = tuple(value)
-        typed[f.name] = float(value) if f.type == "float" else value
+        typed[name] = float(value) if is_float else value
     if not bounded:
         _bound(meta)
     other = {k: v for k, v in meta.items() if k not in _NAMES}
