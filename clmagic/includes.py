@@ -340,11 +340,11 @@ def find_headers(
             here = [(".", f) for f in folders]
             for slot, base in [*here, *slots, ("cwd", cwd)]:
                 path = os.path.join(base, rel)
+                got = _read(path)  # first: most slots hold no such file, and then no realpath
+                if got is None:
+                    continue
                 real = os.path.realpath(path)
                 if real in seen:
-                    continue
-                got = _read(path)
-                if got is None:
                     continue
                 data, stamp = got
                 if len(data) > MAX_HEADER_BYTES or len(found) >= MAX_HEADERS:
