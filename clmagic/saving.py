@@ -109,8 +109,9 @@ class Saver:
         if tag not in self._pending or self._on_worker():
             return
         with self._cond:
-            self._awake = True
-            self._cond.notify_all()
+            if tag in self._pending:  # (checked again: a wake is spent only with a queue)
+                self._awake = True
+                self._cond.notify_all()
             while tag in self._pending:
                 self._cond.wait()
 
@@ -119,8 +120,9 @@ class Saver:
         if not self._busy or self._on_worker():
             return
         with self._cond:
-            self._awake = True
-            self._cond.notify_all()
+            if self._busy:  # (checked again: a wake is spent only with a queue)
+                self._awake = True
+                self._cond.notify_all()
             while self._busy:
                 self._cond.wait()
 
@@ -143,8 +145,6 @@ class Saver:
                         break
                     self._cond.wait(due if self._jobs else None)
                 tags, job = self._jobs.popleft()
-                if not self._jobs:
-                    self._awake = False
             try:
                 job()
             except Exception as exc:  # a save that fails is reported, never fatal
@@ -152,6 +152,8 @@ class Saver:
             finally:
                 with self._cond:
                     self._busy -= 1
+                    if not self._jobs:
+                        self._awake = False  # a wake (or flush) is spent with the queue
                     for tag in tags:
                         left = self._pending[tag] - 1
                         if left:
