@@ -9,8 +9,10 @@ BYPASS and the new value, never a stale HIT.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -185,9 +187,11 @@ print(json.dumps(out))
 
 # -- a header that changes during the build ---------------------------------------------------
 
-def test_a_header_edited_during_the_build_is_not_saved(tmp_path, monkeypatch, settings):
-    """The driver builds with the header as it was; the header changes before the build ends
-    (a hook point after the real driver build): nothing is saved, in memory or on disk."""
+@contextlib.contextmanager
+def _header_edited_during_the_build(tmp_path: Path, monkeypatch) -> Iterator[None]:
+    """In ``tmp_path`` (made the current folder), ``params.h`` says ``VAL 1``; every driver
+    build inside the block rewrites it to ``VAL 2`` right after the real build (a hook point
+    before clmagic's build ends). It stays ``VAL 2`` after the block."""
     monkeypatch.chdir(tmp_path)
     header = tmp_path / "params.h"
     header.write_text("#define VAL 1\n")
@@ -197,10 +201,19 @@ def test_a_header_edited_during_the_build_is_not_saved(tmp_path, monkeypatch, se
         real_build(self, *args, **kwargs)
         header.write_text("#define VAL 2\n")
 
-    c = Compiler(settings)
     monkeypatch.setattr(cl._cl._Program, "_build", build_then_edit)
-    r = c.build(f"#include {P}" + K)
-    monkeypatch.setattr(cl._cl._Program, "_build", real_build)
+    try:
+        yield
+    finally:
+        monkeypatch.setattr(cl._cl._Program, "_build", real_build)
+
+
+def test_a_header_edited_during_the_build_is_not_saved(tmp_path, monkeypatch, settings):
+    """The driver builds with the header as it was; the header changes before the build ends
+    (a hook point after the real driver build): nothing is saved, in memory or on disk."""
+    c = Compiler(settings)
+    with _header_edited_during_the_build(tmp_path, monkeypatch):
+        r = c.build(f"#include {P}" + K)
     assert value(r) == 1 and not r.saved
     assert "params.h" in r.note and "changed during the build" in r.note
     assert not list((tmp_path / "cache").rglob("*.clbin"))
@@ -369,20 +382,10 @@ def test_every_directive_that_names_a_file_is_scanned():
 
 def test_a_header_edited_during_a_program_build_is_not_saved(tmp_path, monkeypatch, settings):
     """The same check on ``Compiler.build_program`` (the pyopencl hook's path)."""
-    monkeypatch.chdir(tmp_path)
-    header = tmp_path / "params.h"
-    header.write_text("#define VAL 1\n")
-    real_build = cl._cl._Program._build
-
-    def build_then_edit(self, *args, **kwargs):
-        real_build(self, *args, **kwargs)
-        header.write_text("#define VAL 2\n")
-
     c = Compiler(settings)
     ctx = c.build(K.replace("VAL", "0")).context
-    monkeypatch.setattr(cl._cl._Program, "_build", build_then_edit)
-    built = c.build_program(ctx, f"#include {P}" + K)
-    monkeypatch.setattr(cl._cl._Program, "_build", real_build)
+    with _header_edited_during_the_build(tmp_path, monkeypatch):
+        built = c.build_program(ctx, f"#include {P}" + K)
     (rec,) = built.records
     assert not rec.saved_to_store and "changed during the build" in rec.note
     again = Compiler(settings).build_program(ctx, f"#include {P}" + K)
