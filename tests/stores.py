@@ -138,7 +138,7 @@ def _killed_writer(folder: Path, name: str, data: bytes) -> None:
     does, writes half the entry, and is SIGKILLed before the rename."""
     code = (
         "import os, signal, sys\n"
-        "from clmagic.store.directory import TMP\n"
+        "from clmagic.store.directory_files import TMP\n"
         "folder, name, n = sys.argv[1], sys.argv[2], int(sys.argv[3])\n"
         "tmp = os.path.join(folder, f'{name}{TMP}{os.getpid()}.0badc0de')\n"
         "fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)\n"

@@ -25,7 +25,7 @@ from clmagic.entry import Entry
 from clmagic.frames import cache_frame
 from clmagic.manage import select_entries
 from clmagic.store import DirectoryStore, open_store
-from clmagic.store.directory import STALE_TMP_S, TMP
+from clmagic.store.directory_files import STALE_TMP_S, TMP
 
 
 @pytest.fixture(autouse=True)
