@@ -9,6 +9,10 @@ pause writes for ``LOCK_PAUSE_S`` (no build waits on the lock meanwhile), then t
 again: a lock is transient, never the end of saving. A file written by a newer clmagic (a higher
 schema version) is never altered: it is not opened at all. The same file, sealed with a manifest,
 is a bundle (:mod:`clmagic.bundle`), read back through :meth:`SQLiteStore.untrusted`.
+
+This module is the store (open, the contract, the bundle side); the connection, write
+transactions and the lock policy are :mod:`~clmagic.store.sqlite_file`, the schema and statements
+:mod:`~clmagic.store.sqlite_sql`.
 """
 
 from __future__ import annotations
@@ -16,20 +20,18 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
-import sys
-import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from .._version import __version__
 from ..config import SQLITE_SUFFIXES as SUFFIXES
-from ..config import warn, warn_once
+from ..config import warn_once
 from ..entry import FORMAT_VERSION, Entry, verified
 from ..errors import CorruptEntry
 from ._fs import private_file, private_folder, refusal
-from .base import Store, Use, valid_name
+from .base import Use, valid_name
+from .sqlite_file import LOCK_PAUSE_S, MAX_LOCKED, SQLiteFile
 from .sqlite_sql import (
     BUSY_TIMEOUT_MS,
     SCHEMA_VERSION,
@@ -52,12 +54,10 @@ from .sqlite_sql import (
     SQL_USES,
     SchemaTooNew,
     connect,
-    create_schema,
     entry_row,
-    has_tables,
     is_locked,
-    row_size,
     row_meta,
+    row_size,
     row_usage,
     schema_version,
 )
@@ -67,35 +67,14 @@ __all__ = ["SQLiteStore", "SCHEMA_VERSION", "SUFFIXES", "MAX_LOCKED", "LOCK_PAUS
 
 #: how long a hit count waits for another writer before it is dropped (counts are advisory)
 HIT_TIMEOUT_MS = 50
-#: lock timeouts in a row after which writes pause for LOCK_PAUSE_S (each one cost
-#: BUSY_TIMEOUT_MS)
-MAX_LOCKED = 3
-#: seconds writes pause after MAX_LOCKED lock timeouts in a row, before they are tried again
-LOCK_PAUSE_S = 60.0
 _ROW_ERRORS = (ValueError, TypeError, CorruptEntry)
 
 
-class SQLiteStore(Store):
+class SQLiteStore(SQLiteFile):
     """Entries as rows of one SQLite file (see the module docstring)."""
 
     kind = "sqlite"
     signed_only = True  # a cache file is what people copy to each other
-
-    def __init__(self, path: str | os.PathLike[str], read_only: bool = False,
-                 immutable: bool = False):
-        super().__init__()
-        self.path = Path(path)
-        self._immutable = immutable
-        if read_only or immutable:
-            self._writable, self._reason = False, "the file is read-only"
-        self._lock = threading.RLock()
-        self._conn: sqlite3.Connection | None = None
-        self._pid = -1
-        self._provenance = False
-        self._locked = 0  # lock timeouts in a row
-        self._paused_until = 0.0  # monotonic time before which writes are not tried (a lock)
-        self.lock_pause_s = LOCK_PAUSE_S
-        self._connection()
 
     @classmethod
     def open(cls, path: str | os.PathLike[str], trust: bool = False) -> SQLiteStore | None:
@@ -140,93 +119,6 @@ class SQLiteStore(Store):
         executed (``trusted_schema`` off, query-only) and nothing beside it is written. Raises
         ``sqlite3.Error`` for a file SQLite cannot read."""
         return cls(path, immutable=True)
-
-    @property
-    def location(self) -> str:
-        return str(self.path)
-
-    def _connection(self) -> sqlite3.Connection:
-        if self._conn is None or self._pid != os.getpid():  # a forked child opens its own
-            conn = connect(self.path, read_only=not self.writable, immutable=self._immutable)
-            self._conn, self._pid = conn, os.getpid()
-            if self.writable and not has_tables(conn):  # a new file: one write lock, once
-                try:
-                    create_schema(conn)
-                except sqlite3.OperationalError as exc:
-                    self._disable_writes(str(exc))
-        return self._conn
-
-    def _write(self, sql_rows: Iterable[tuple[str, tuple[Any, ...]]]) -> int:
-        """Run writes in one transaction. Returns rows changed, or -1 when nothing was written
-        (see :meth:`_transact`)."""
-        return self._transact(lambda conn: sum(conn.execute(sql, args).rowcount
-                                               for sql, args in sql_rows))
-
-    def _transact(self, work: Callable[[sqlite3.Connection], int]) -> int:
-        """Run ``work(connection)`` in one write transaction; its result, or -1 when nothing was
-        written.
-
-        Another process holding the lock past the busy timeout is transient: this write is
-        dropped (with one warning) and writes stay on; after ``MAX_LOCKED`` in a row (every save
-        would wait ``BUSY_TIMEOUT_MS`` for nothing) writes pause for :attr:`lock_pause_s`
-        seconds, and are then tried again. Any other failure (disk full, damaged file, a
-        refusing trigger) turns writes off."""
-        if not self.writable:
-            return -1
-        if time.monotonic() < self._paused_until:
-            return -1
-        with self._lock:
-            conn = None
-            try:
-                conn = self._connection()
-                conn.execute("BEGIN IMMEDIATE")
-                changed = work(conn)
-                if not self._provenance:
-                    self._write_provenance(conn)
-                conn.execute("COMMIT")
-                self._locked, self._reason = 0, ""
-                return changed
-            except sqlite3.Error as exc:
-                self._rollback(conn)
-                if not is_locked(exc):
-                    self._disable_writes(str(exc))
-                    return -1
-                self._locked += 1
-                self._reason = f"locked by another process ({exc})"
-                if self._locked < MAX_LOCKED:
-                    warn_once(f"cache {self.path} is locked by another process ({exc}); "
-                              "this build is not saved")
-                else:
-                    self._locked = 0
-                    self._paused_until = time.monotonic() + self.lock_pause_s
-                    warn(f"cache {self.path} stayed locked by another process for "
-                         f"{MAX_LOCKED} saves; saving again in {self.lock_pause_s:g} s")
-                return -1
-            except OSError as exc:  # the file or its folder went away under a reconnect
-                self._disable_writes(str(exc))
-                return -1
-
-    @staticmethod
-    def _rollback(conn: sqlite3.Connection | None) -> None:
-        try:
-            if conn is not None and conn.in_transaction:
-                conn.execute("ROLLBACK")
-        except sqlite3.Error:
-            pass  # SQLite rolled back already
-
-    def _write_provenance(self, conn: sqlite3.Connection) -> None:
-        try:
-            import pyopencl
-
-            pyopencl_version = pyopencl.VERSION_TEXT
-        except Exception:  # noqa: BLE001 - provenance is informational only
-            pyopencl_version = ""
-        conn.execute(
-            "INSERT INTO provenance VALUES (?, ?, ?, ?, ?, ?)",
-            (__version__, pyopencl_version, sqlite3.sqlite_version, sys.version.split()[0],
-             os.getpid(), time.time()),
-        )
-        self._provenance = True
 
     # -- the contract -------------------------------------------------------------------------
 
@@ -341,18 +233,6 @@ class SQLiteStore(Store):
         return self._write([(SQL_DELETE, args), (SQL_USE_DELETE, args),
                             (SQL_CODE_DELETE, args)]) > 0
 
-    def _select(self, sql: str, fingerprint: str | None) -> list[tuple[Any, ...]]:
-        args: tuple[Any, ...] = (FORMAT_VERSION,)
-        if fingerprint:
-            sql += " AND e.fingerprint = ?"
-            args += (fingerprint,)
-        with self._lock:
-            try:
-                return self._connection().execute(sql, args).fetchall()
-            except sqlite3.Error as exc:
-                warn_once(f"cache {self.path} cannot be listed ({exc})")
-                return []
-
     def entries(self, fingerprint: str | None = None) -> Iterator[Entry]:
         for row in self._select(SQL_LIST, fingerprint):
             try:
@@ -370,13 +250,6 @@ class SQLiteStore(Store):
             return 0, 0
         return int(count), int(size)
 
-    def close(self) -> None:
-        """Close this process's connection (reopened on next use)."""
-        with self._lock:
-            if self._conn is not None and self._pid == os.getpid():
-                self._conn.close()
-            self._conn = None
-
     # -- bundles: the same file, sealed with a manifest --------------------------------------
 
     def seal(self, manifest: dict[str, Any]) -> None:
@@ -389,10 +262,6 @@ class SQLiteStore(Store):
             conn.executemany("INSERT INTO manifest VALUES (?, ?)",
                              [(k, json.dumps(v)) for k, v in manifest.items()])
             conn.execute("PRAGMA journal_mode = DELETE")
-
-    def _query(self, sql: str, args: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-        with self._lock:
-            return self._connection().execute(sql, args).fetchall()
 
     def tables(self) -> dict[str, str]:
         """Name → kind (table, view, trigger, ...) of everything in the file's schema."""
