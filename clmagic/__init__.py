@@ -9,21 +9,28 @@ Library use, no IPython needed::
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, cast
 
-from ._session import Using, get_compiler, reset, use
 from ._version import __version__
-from .compiler import BuildResult, Compiler
-from .config import Settings
-from .devices import DeviceInfo, list_devices, resolve_device
-from .entry import Entry, EntryMeta, Usage
-from .errors import BuildError, ClmagicError, CorruptEntry, DeviceError, OptionsError
-from .records import Outcome, Stats
-from .store import DirectoryStore, Store, open_store
 
 if TYPE_CHECKING:
     from IPython.core.interactiveshell import InteractiveShell
+
+    from ._session import Using, get_compiler, reset, use
+    from .bundle import BundleReport, ImportReport, export_bundle, import_bundle
+    from .compiler import BuildResult, Compiler
+    from .config import Settings
+    from .devices import DeviceInfo, list_devices, resolve_device
+    from .entry import Entry, EntryMeta, Usage
+    from .errors import BuildError, ClmagicError, CorruptEntry, DeviceError, OptionsError
+    from .frames import cache_frame, history_frame
+    from .manage import CacheInfo, Removed, cache_info, clear_cache, stats
+    from .plot import plot_history
+    from .records import Outcome, Stats
+    from .store import DirectoryStore, LayeredStore, RedisStore, SQLiteStore, Store, open_store
+    from .widget import CacheWidget
 
 __all__ = [
     "build",
@@ -72,36 +79,45 @@ __all__ = [
     "unload_ipython_extension",
 ]
 
-# Names loaded on first use only, so ``import clmagic`` and ``%load_ext clmagic`` stay light:
-# their modules import pandas, matplotlib, ipywidgets or sqlite3, or are not on the build path.
+# Every name is loaded on first use, so ``import clmagic`` and ``%load_ext clmagic`` stay light:
+# the build path (pyopencl, hashing, the stores) is imported by the first build, pandas,
+# matplotlib, ipywidgets and sqlite3 only by what draws or stores with them.
 _LAZY = {
-    "cache_frame": "frames",
-    "history_frame": "frames",
+    **dict.fromkeys(("Using", "get_compiler", "reset", "use"), "_session"),
+    **dict.fromkeys(("BuildResult", "Compiler"), "compiler"),
+    "Settings": "config",
+    **dict.fromkeys(("DeviceInfo", "list_devices", "resolve_device"), "devices"),
+    **dict.fromkeys(("Entry", "EntryMeta", "Usage"), "entry"),
+    **dict.fromkeys(("BuildError", "ClmagicError", "CorruptEntry", "DeviceError",
+                     "OptionsError"), "errors"),
+    **dict.fromkeys(("Outcome", "Stats"), "records"),
+    **dict.fromkeys(("Store", "DirectoryStore", "SQLiteStore", "RedisStore", "LayeredStore",
+                     "open_store"), "store"),
+    **dict.fromkeys(("cache_frame", "history_frame"), "frames"),
     "plot_history": "plot",
     "CacheWidget": "widget",
-    "export_bundle": "bundle",
-    "import_bundle": "bundle",
-    "BundleReport": "bundle",
-    "ImportReport": "bundle",
-    "cache_info": "manage",
-    "CacheInfo": "manage",
-    "clear_cache": "manage",
-    "Removed": "manage",
-    "stats": "manage",
-    "SQLiteStore": "store",
-    "RedisStore": "store",
-    "LayeredStore": "store",
+    **dict.fromkeys(("export_bundle", "import_bundle", "BundleReport", "ImportReport"),
+                    "bundle"),
+    **dict.fromkeys(("cache_info", "CacheInfo", "clear_cache", "Removed", "stats"), "manage"),
 }
 
 
 def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        import importlib
+    import importlib
 
+    if name in _LAZY:
         value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    elif not name.startswith("__"):  # a submodule not imported yet: ``clmagic.devices``
+        try:
+            value = importlib.import_module(f".{name}", __name__)
+        except ModuleNotFoundError as exc:
+            if exc.name != f"{__name__}.{name}":
+                raise
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value
+    return value
 
 
 def __dir__() -> list[str]:
@@ -111,6 +127,8 @@ def __dir__() -> list[str]:
 def build(source: str | bytes, options: str | Iterable[str] | None = None, device: object = None,
           **kwargs: Any) -> BuildResult:
     """Build OpenCL C ``source`` through the cache; see :meth:`Compiler.build`."""
+    from ._session import get_compiler
+
     return get_compiler().build(source, options, device, **kwargs)
 
 
@@ -119,6 +137,8 @@ def install(compiler: Compiler | None = None) -> bool:
     clmagic's cache (``compiler``, else the process-wide one); see :mod:`clmagic.hook`.
     Returns ``False`` when it was already installed."""
     from .hook import install as _install
+
+    from ._session import get_compiler
 
     return _install(compiler if compiler is not None else get_compiler)
 
@@ -147,9 +167,9 @@ def load_ipython_extension(ip: InteractiveShell) -> None:
 
 
 def _flush_before_cell(info: object = None) -> None:
-    from .saving import flush_all
-
-    flush_all()
+    saving = sys.modules.get(f"{__name__}.saving")  # nothing to wait for before a first build
+    if saving is not None:
+        saving.flush_all()
 
 
 def unload_ipython_extension(ip: InteractiveShell) -> None:

@@ -26,7 +26,7 @@ from typing import Any
 from ._version import __version__
 from .entry import FORMAT_VERSION, MAX_BINARY, MAX_META, Entry
 from .errors import ClmagicError, CorruptEntry
-from .report import export_html, export_text, import_html, import_text
+from .report_cache import export_html, export_text, import_html, import_text
 from .store.base import Store, valid_name
 from .store._fs import open_regular
 from .store.layered import LayeredStore

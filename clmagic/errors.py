@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from .report import map_log_lines
-
 __all__ = ["ClmagicError", "DeviceError", "OptionsError", "BuildError", "CorruptEntry"]
 
 
@@ -30,6 +28,8 @@ class BuildError(ClmagicError):
     """The driver refused to build the source; carries the driver's build log."""
 
     def __init__(self, log: str, *, options: str, device: str, line_offset: int = 0):
+        from .report import map_log_lines  # not at import: the magics' errors need none of it
+
         self.raw_log = log
         self.log = map_log_lines(log.strip(), line_offset) or "(the driver gave no build log)"
         self.options = options

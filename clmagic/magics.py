@@ -3,88 +3,30 @@
 
 from __future__ import annotations
 
-import argparse
-import difflib
 import keyword
-import re
-from argparse import Namespace
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import pyopencl as cl
-from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
-from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+from IPython.core.magic_arguments import argument, magic_arguments
 from traitlets import Bool, Int, TraitError, Unicode, observe, validate
 
-from . import manage
-from .compiler import BuildResult, Compiler
-from .config import parse_size, warn
 from .errors import OptionsError
+from .magic_line import misspelt_option, parse_line, split_opts
 
 if TYPE_CHECKING:
+    import pyopencl as cl
     from IPython.core.interactiveshell import InteractiveShell
 
-    from .store import Store
+    from .compiler import BuildResult, Compiler
 
-__all__ = ["CLMagics", "split_opts", "CLCACHE", "CLCACHE_COMMANDS", "Subcommand"]
+# Nothing of the build path (pyopencl, the compiler, the stores) is imported here: ``%load_ext``
+# registers the magics only, and the first cell imports what it runs.
+__all__ = ["CLMagics", "split_opts", "CLCACHE_COMMANDS"]
 
-_COMMANDS = ("stats", "history", "info", "clear", "widget", "export", "import", "install",
-             "uninstall", "use")
-
-_OPTS = re.compile(r"(?:^|\s)--opts(?:=|\s+|$)")
-
-
-def _outside_quotes(line: str, end: int) -> bool:
-    """Whether position ``end`` of ``line`` is outside shell quotes."""
-    quote = ""
-    i = 0
-    while i < end:
-        ch = line[i]
-        if ch == "\\" and quote != "'":
-            i += 2
-            continue
-        if quote:
-            quote = "" if ch == quote else quote
-        elif ch in "'\"":
-            quote = ch
-        i += 1
-    return not quote
-
-
-def split_opts(line: str) -> tuple[str, str | None]:
-    """Split a magic line at ``--opts`` (outside quotes): everything after it, to the end of
-    the line, is build options (so ``--opts -O3 -cl-mad-enable`` works as written)."""
-    m = next((m for m in _OPTS.finditer(line) if _outside_quotes(line, m.start())), None)
-    if not m:
-        return line, None
-    opts = line[m.end():].strip()
-    if not opts:
-        raise OptionsError("--opts needs build options after it, e.g. --opts -O3 -cl-mad-enable")
-    return line[: m.start()], opts
-
-
-def misspelt_option(rest: str, parser: argparse.ArgumentParser) -> str | None:
-    """``--opt is not an option of %%clkernel; did you mean --opts?`` for the first word that
-    looks like an option, is none of ``parser``'s, and is close to one of them (argparse would
-    take ``--opt`` for ``--opts`` and complain about its value instead)."""
-    actions = parser._option_string_actions
-    longs = [o for o in actions if o.startswith("--") and o != "--help"]
-    words = iter(rest.split())
-    for word in words:
-        name = word.split("=", 1)[0]
-        if name in actions:
-            if actions[name].nargs != 0 and "=" not in word:
-                next(words, None)  # its value
-            continue
-        if word.startswith("-"):
-            close = difflib.get_close_matches(name.lstrip("-"), [o[2:] for o in longs], n=1,
-                                              cutoff=0.7)
-            if close:
-                return (f"{name} is not an option of %%{parser.prog.split()[-1]}; "
-                        f"did you mean --{close[0]}?")
-    return None
+#: ``%clcache``'s subcommands, in the order ``%clcache?`` lists them (those of
+#: :data:`clmagic.clcache.CLCACHE`, which is loaded by the first ``%clcache``)
+CLCACHE_COMMANDS = ("stats", "history", "info", "clear", "widget", "export", "import", "install",
+                    "uninstall", "use")
 
 
 @magics_class
@@ -125,6 +67,8 @@ class CLMagics(Magics):
     def _valid_size(self, proposal: dict[str, Any]) -> str:
         value = str(proposal["value"])
         if value.strip():
+            from .config import parse_size
+
             try:
                 parse_size(value)
             except OptionsError as exc:  # %config says so in one line; nothing changes
@@ -137,6 +81,8 @@ class CLMagics(Magics):
 
     def _apply_limits(self, c: Compiler) -> None:
         """The configured limits (where set), on the compiler about to be used."""
+        from .config import parse_size, warn
+
         if self.max_size.strip() and c.store is not None:
             try:
                 c.store.max_size = parse_size(self.max_size)
@@ -178,6 +124,8 @@ class CLMagics(Magics):
         return ns
 
     def _user_context(self, dev: cl.Device) -> cl.Context | None:
+        import pyopencl as cl
+
         ns = self._namespace
         for name in ("cl_ctx", "ctx"):
             ctx = ns.get(name)
@@ -188,6 +136,10 @@ class CLMagics(Magics):
     def _bind(self, result: BuildResult, name: str | None) -> str:
         """Bind the kernels (and ``cl_ctx``/``cl_queue``); returns what to say when that moved
         ``cl_ctx`` to another device, whose buffers the old context's kernels cannot use."""
+        import pyopencl as cl
+
+        from .config import warn
+
         ns = self._namespace
         for kname, kernel in result.kernels.items():
             old = ns.get(kname)
@@ -231,7 +183,7 @@ class CLMagics(Magics):
         typo = misspelt_option(rest, self.clkernel.parser)
         if typo:
             raise OptionsError(typo)
-        args = _parse(self.clkernel, rest)
+        args = parse_line(self.clkernel, rest)
         if args.name is not None and not (args.name.isidentifier()
                                           and not keyword.iskeyword(args.name)):
             raise OptionsError(f"--name {args.name!r} is not a Python variable name")
@@ -247,17 +199,35 @@ class CLMagics(Magics):
         )
         moved = self._bind(result, args.name)
         if not result.kernels:
+            from .config import warn
+
             warn("the cell compiled but defines no __kernel function: nothing bound")
         if not (args.quiet or self.quiet):
-            from IPython.display import display
-
-            display(result)
+            self._show(result)
         if moved:  # said even with --quiet: the user's buffers no longer fit
             print(moved)
 
+    def _show(self, result: BuildResult) -> None:
+        """The result line under the cell, as ``display(result)`` shows it: its text and HTML
+        made once and published as they are, without asking each of IPython's formatters (a
+        shell that shows text only, or a formatter the user registered for build results, goes
+        through ``display``)."""
+        from IPython.display import display
+
+        kind = type(result)
+        formatters = getattr(self.shell, "display_formatter", None)
+        if formatters is None or not all(
+                f is not None and f.enabled and kind not in f.type_printers
+                and (kind.__module__, kind.__name__) not in f.deferred_printers
+                for f in (formatters.formatters.get(k) for k in ("text/plain", "text/html"))):
+            display(result)
+            return
+        from .report import result_bundle
+
+        display(result_bundle(result), raw=True)
 
     @magic_arguments()
-    @argument("command", nargs="?", metavar="COMMAND", choices=_COMMANDS,
+    @argument("command", nargs="?", metavar="COMMAND", choices=CLCACHE_COMMANDS,
               help="stats | history | info | clear | widget | export | import | install | "
                    "uninstall | use (none: the entries as a DataFrame).")
     @argument("keys", nargs="*", metavar="KEY_PREFIX",
@@ -308,137 +278,6 @@ class CLMagics(Magics):
 
         Each returns its object, so ``df = %clcache`` keeps the DataFrame.
         """
-        args = _parse(self.clcache, line)
-        sub = CLCACHE[args.command]
-        given = ("keys", "older_than", "device", "zero", "remote", "origin")
-        extra = {n for n in given if getattr(args, n)} - sub.takes
-        if sub.misuse and (extra or (sub.needs_path and len(args.keys) != 1)):
-            raise OptionsError(sub.misuse)
-        if "zero" in extra:
-            raise OptionsError("--zero goes with %clcache stats only")
-        if "origin" in extra:
-            raise OptionsError("--origin goes with %clcache (the DataFrame), stats, history and "
-                               "clear")
-        if extra & {"keys", "older_than", "remote"}:
-            raise OptionsError("KEY_PREFIX, --older-than and --remote go with %clcache clear "
-                               "only")
-        if extra:
-            raise OptionsError("--device goes with %clcache (the DataFrame), clear and export")
-        return sub.run(self, args)
+        from .clcache import run_clcache
 
-    def _install(self, on: bool) -> None:
-        """``%clcache install`` / ``uninstall``: every pyopencl program through the cache."""
-        self.cache_every_program = on
-        print("every pyopencl program built from source now goes through clmagic's cache "
-              "(%clcache uninstall to stop)" if on else
-              "pyopencl builds its programs its own way again")
-
-
-def _store_of(compiler: Compiler) -> Store:
-    if compiler.store is None:
-        raise OptionsError("the cache is off (memory only): set CLMAGIC_CACHE_DIR first")
-    return compiler.store
-
-
-def _frame(m: CLMagics, a: Namespace) -> object:
-    from .frames import cache_frame
-
-    return cache_frame(a.device, compiler=m.compiler, origin=a.origin)
-
-
-def _stats(m: CLMagics, a: Namespace) -> object:
-    if a.zero:
-        manage.zero_stats(m.compiler)
-    return manage.stats(m.compiler, origin=a.origin)
-
-
-def _history(m: CLMagics, a: Namespace) -> object:
-    from .frames import history_frame
-
-    return history_frame(compiler=m.compiler, origin=a.origin)
-
-
-def _widget(m: CLMagics, a: Namespace) -> object:
-    from .widget import CacheWidget
-
-    return CacheWidget(m.compiler)
-
-
-def _export(m: CLMagics, a: Namespace) -> object:
-    from .bundle import export_bundle
-
-    return export_bundle(a.keys[0], device=a.device, store=_store_of(m.compiler))
-
-
-def _import(m: CLMagics, a: Namespace) -> object:
-    from .bundle import import_bundle
-
-    return import_bundle(a.keys[0], store=_store_of(m.compiler))
-
-
-def _use(m: CLMagics, a: Namespace) -> object:
-    from ._session import use
-
-    return use(a.keys[0], compiler=m.compiler)
-
-
-@dataclass(frozen=True)
-class Subcommand:
-    """One ``%clcache`` subcommand: what it runs, which arguments it takes (``keys``,
-    ``older_than``, ``device``, ``origin``), whether ``keys`` is one PATH, and the one line that
-    answers a misuse (when empty: which subcommands take the argument given)."""
-
-    run: Callable[[CLMagics, Namespace], object]
-    takes: frozenset[str] = frozenset()
-    misuse: str = ""
-    needs_path: bool = False
-
-
-#: ``%clcache`` subcommands (``None``: no subcommand, the entries as a DataFrame)
-CLCACHE: dict[str | None, Subcommand] = {
-    None: Subcommand(_frame, frozenset({"device", "origin"})),
-    "stats": Subcommand(_stats, frozenset({"zero", "origin"})),
-    "history": Subcommand(_history, frozenset({"origin"})),
-    "info": Subcommand(lambda m, a: manage.cache_info(m.compiler)),
-    "clear": Subcommand(lambda m, a: manage.clear_cache(a.device, a.older_than, a.keys,
-                                                       m.compiler, remote=a.remote,
-                                                       origin=a.origin),
-                        frozenset({"keys", "older_than", "device", "remote", "origin"})),
-    "widget": Subcommand(_widget),
-    "export": Subcommand(_export, frozenset({"keys", "device"}),
-                         "usage: %clcache export PATH [--device SPEC]", needs_path=True),
-    "import": Subcommand(_import, frozenset({"keys"}), "usage: %clcache import PATH",
-                         needs_path=True),
-    "install": Subcommand(lambda m, a: m._install(True),
-                          misuse="%clcache install takes no arguments"),
-    "uninstall": Subcommand(lambda m, a: m._install(False),
-                            misuse="%clcache uninstall takes no arguments"),
-    "use": Subcommand(_use, frozenset({"keys"}), "usage: %clcache use PATH (a folder, a .db "
-                      "file, a redis:// URL, or off)", needs_path=True),
-}
-#: the subcommand names, in the order ``%clcache?`` lists them
-CLCACHE_COMMANDS = tuple(name for name in CLCACHE if name)
-assert CLCACHE_COMMANDS == _COMMANDS, "the argument parser's choices are the table's names"
-
-
-def _parse(magic: Callable[..., object], line: str) -> Namespace:
-    """The magic's arguments, unquoted, or one :class:`OptionsError` line (argparse's usage
-    errors, and unbalanced quotes, which ``shlex`` reports as ``ValueError``)."""
-    try:
-        args: Namespace = parse_argstring(magic, line)
-    except UsageError as exc:
-        raise OptionsError(str(exc)) from None
-    except ValueError as exc:
-        raise OptionsError(f"cannot read the magic line {line.strip()!r}: {exc}") from None
-    for name, value in vars(args).items():  # IPython keeps the quotes: --name "x" means x
-        if isinstance(value, list):
-            setattr(args, name, [_unquote(v) for v in value])
-        elif isinstance(value, str):
-            setattr(args, name, _unquote(value))
-    return args
-
-
-def _unquote(value: str) -> str:
-    if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
-        return value[1:-1]
-    return value
+        return run_clcache(self, parse_line(self.clcache, line))

@@ -19,7 +19,8 @@ from .config import parse_age, parse_size
 from .errors import ClmagicError, DeviceError, OptionsError
 from .lifetime import counters_for
 from .records import DeviceUsage, Stats, from_origin, tally_of
-from .report import fmt_bytes, info_html, info_text, removed_html, removed_text
+from .report import fmt_bytes
+from .report_cache import info_html, info_text, removed_html, removed_text
 
 if TYPE_CHECKING:
     from .compiler import Compiler

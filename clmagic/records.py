@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .entry import Entry
-from .report import stats_html, stats_text
+from .report_cache import stats_html, stats_text
 
 if TYPE_CHECKING:
     from .devices import DeviceInfo

@@ -20,7 +20,7 @@ from ._session import or_default
 from .errors import DeviceError
 from .manage import clear_cache, entry_origin, lifetime_counts, remove_entries
 from .records import Stats, from_origin, tally_of
-from .report import ENTRY_HEAD, device_option, entry_line, panel_status_html
+from .report_cache import ENTRY_HEAD, device_option, entry_line, panel_status_html
 
 if TYPE_CHECKING:
     from .compiler import Compiler

@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 
+import pytest
 from conftest import child_env
 from IPython.utils.capture import capture_output
 
@@ -107,3 +108,55 @@ def test_a_miss_says_what_is_new_against_the_closest_entry(compiler, oclgrind, t
     again = compiler.build(inc, device=oclgrind)
     assert again.outcome == "MISS" and "new source or header contents" in again.note
     assert compiler.build(inc, device=oclgrind).outcome == "MEMORY"  # no reason on non-misses
+
+
+
+SHOWN = "__kernel void shown(__global int *a) { a[get_global_id(0)] = 3; }\n"
+
+
+def _cell(shell, line: str = "") -> list:
+    with capture_output() as cap:
+        res = shell.run_cell(f"%%clkernel {line}\n{SHOWN}")
+    assert res.success, res.error_in_exec
+    return [o.data for o in cap.outputs]
+
+
+@pytest.mark.parametrize("outcome", ["MISS", "HIT", "MEMORY", "BYPASS", "warning"])
+def test_the_published_line_is_what_display_of_the_result_shows(shell, compiler, settings,
+                                                                  pocl, outcome):
+    """The magic publishes the line itself, made once (no formatter asked): the same text and
+    HTML as ``display(result)`` makes through IPython's formatters."""
+    from clmagic.compiler import Compiler
+    from clmagic.report import result_bundle
+
+    source = WARNS if outcome == "warning" else SHOWN
+    r = compiler.build(source, "-O2", pocl, line_offset=1, use_cache=outcome != "BYPASS")
+    if outcome in ("HIT", "MEMORY"):
+        r.settled  # the save done
+        again = compiler if outcome == "MEMORY" else Compiler(settings)
+        r = again.build(source, "-O2", pocl, line_offset=1)
+    assert r.outcome == ("MISS" if outcome == "warning" else outcome)
+    r.settled  # "saving" → "saved" between two renderings otherwise
+    assert shell.display_formatter.format(r) == (result_bundle(r), {})
+
+
+def test_a_formatter_registered_for_build_results_is_used_under_the_cell(shell, pocl):
+    from clmagic.results import BuildResult
+
+    html = shell.display_formatter.formatters["text/html"]
+    html.for_type(BuildResult, lambda r: f"<b>mine {r.outcome}</b>")
+    try:
+        (data,) = _cell(shell, f"--device {pocl}")
+    finally:
+        html.pop(BuildResult)
+    assert data["text/html"] == "<b>mine MISS</b>" and data["text/plain"].startswith("MISS")
+
+
+def test_a_shell_showing_text_only_gets_the_text_line_only(shell, pocl):
+    html = shell.display_formatter.formatters["text/html"]
+    html.enabled = False
+    try:
+        (data,) = _cell(shell, f"--device {pocl}")
+    finally:
+        html.enabled = True
+    assert list(data) == ["text/plain"] and data["text/plain"].startswith("MISS")

@@ -25,17 +25,42 @@ def outcome_line(cap) -> str:
     return texts[0]
 
 
-def test_load_ext_imports_neither_pandas_nor_ipywidgets():
+#: what ``%load_ext clmagic`` must not import: drawing, stores, the driver, hashing, and every
+#: clmagic module that only a cell or ``%clcache`` needs
+HEAVY = ("pandas", "ipywidgets", "matplotlib", "tqdm", "sqlite3", "_sqlite3", "redis", "pyopencl",
+         "numpy", "hashlib", "_hashlib", "difflib", "pytools")
+#: the clmagic modules registering the magics needs (nothing else of clmagic)
+AT_LOAD = ["clmagic", "clmagic._version", "clmagic.errors", "clmagic.magic_line",
+           "clmagic.magics"]
+
+
+@pytest.mark.parametrize("store", ["folder", "cache.db", "redis://127.0.0.1:9/0"])
+def test_load_ext_imports_only_what_registering_the_magics_needs(store, tmp_path):
+    """``%load_ext clmagic`` in a fresh process adds the magics and nothing heavy to
+    ``sys.modules`` (whatever store is configured: none is opened); the first cell then imports
+    what it runs, and works."""
+    where = store if store.startswith("redis") else str(tmp_path / store)
     proc = run_child(
         "import json, sys\n"
         "from IPython.core.interactiveshell import InteractiveShell\n"
         "ip = InteractiveShell.instance()\n"
+        "before = set(sys.modules)\n"
         "ip.run_line_magic('load_ext', 'clmagic')\n"
-        "print(json.dumps({'heavy': [m for m in ('pandas', 'ipywidgets', 'matplotlib')"
-        " if m in sys.modules], 'magic': 'clkernel' in ip.magics_manager.magics['cell'],"
-        " 'config': any(type(c).__name__ == 'CLMagics' for c in ip.configurables)}))"
+        "new = sorted(set(sys.modules) - before)\n"
+        "out = {'clmagic': [m for m in new if m.split('.')[0] == 'clmagic'],"
+        " 'heavy': [m for m in new if m.split('.')[0] in %r],"
+        " 'magic': 'clkernel' in ip.magics_manager.magics['cell'],"
+        " 'config': any(type(c).__name__ == 'CLMagics' for c in ip.configurables)}\n"
+        "if not %r:\n"
+        "    r = ip.run_cell('%%%%clkernel --quiet\\n' + %r)\n"
+        "    out['cell'] = r.success and type(ip.user_ns.get('saxpy')).__name__ == 'Kernel'\n"
+        "print(json.dumps(out))" % (HEAVY, store.startswith("redis"), SAXPY),
+        CLMAGIC_CACHE_DIR=where,
     )
-    assert last_json(proc) == {"heavy": [], "magic": True, "config": True}
+    expected = {"clmagic": AT_LOAD, "heavy": [], "magic": True, "config": True}
+    if not store.startswith("redis"):
+        expected["cell"] = True
+    assert last_json(proc) == expected
 
 
 def test_opts_as_written_miss_then_memory_and_kernels_bound(shell):

@@ -94,3 +94,27 @@ def test_a_cell_without_kernels_compiles_and_says_so(shell, compiler, cache_dir)
     assert compiler.history.records[-1].outcome == "MISS"
     assert set(shell.user_ns) - before <= {"cl_ctx", "cl_queue"}
     assert len(list(cache_dir.rglob("*.clbin"))) == 1
+
+
+def test_the_clcache_parser_lists_exactly_the_subcommands_the_table_runs():
+    from clmagic.clcache import CLCACHE
+    from clmagic.magics import CLCACHE_COMMANDS, CLMagics
+
+    assert CLCACHE_COMMANDS == tuple(name for name in CLCACHE if name)
+    choices = {a.dest: a.choices for a in CLMagics.clcache.parser._actions}["command"]
+    assert tuple(choices) == CLCACHE_COMMANDS
+
+
+@pytest.mark.parametrize("line", ["--device pocl --name p", "-q --opts -O3", "--no-cache"])
+def test_a_line_read_again_gives_the_same_fresh_arguments(line):
+    """A re-run cell's line is read once: the arguments it gets again are equal and a copy
+    (changing one changes nothing of the next)."""
+    from clmagic.magic_line import parse_line, split_opts
+    from clmagic.magics import CLMagics
+
+    rest, _ = split_opts(line)
+    first = parse_line(CLMagics.clkernel, rest)
+    again = parse_line(CLMagics.clkernel, rest)
+    assert vars(first) == vars(again) and first is not again
+    again.name = "changed"
+    assert parse_line(CLMagics.clkernel, rest).name == first.name

@@ -144,7 +144,7 @@ BAD_TIMES = [1e300, -1e300, -5.0, float("nan"), 10_413_792_000.0]  # the last: y
 
 def _views_work(store, compiler=None) -> None:
     """Every view of the entries: the DataFrame, the widget's rows, a clear by age."""
-    from clmagic.report import entry_line as _row
+    from clmagic.report_cache import entry_line as _row
 
     frame = cache_frame(store=store, compiler=compiler)
     assert len(frame) >= 1
