@@ -19,13 +19,12 @@ from dataclasses import dataclass
 import pyopencl as cl
 
 from . import devices as _devices
-from . import driver, programs, vet
+from . import driver, programs, rekey, saves, vet
 from .config import Settings, warn_once
 from .devices import DeviceInfo
 from .entry import Entry
 from .errors import BuildError, ClmagicError, CorruptEntry, DeviceError
 from .includes import headers_changed, strip_comments
-from .key import CodeKey, code_key_of
 from .lifetime import Counters
 from .missed import why_missed
 from .options import BuildOptions
@@ -33,7 +32,7 @@ from .prepare import Options, Prepared, prepare
 from .programs import served_from as _served_from
 from .records import History, Outcome, Record
 from .results import BuildResult, ProgramBuild
-from .saving import Pending, Saver, flush_all, wait_everywhere
+from .saving import HitCounter, Saver, flush_all, wait_everywhere
 from .source import MAX_SOURCE, normalise_source
 from .store import Store, store_for
 
@@ -88,7 +87,7 @@ class Compiler:
         self._lock = threading.Lock()  # memory and history; builds themselves run in parallel
         #: a MISS's binary readout and save, and the hit counter, run here, off the user's path
         self._saver = Saver()
-        self._hits: list[tuple[Store, str, str]] = []  # store hits not counted yet
+        self._hits = HitCounter(self._saver)  # store hits, counted in batches
         self._store: Store | None = None
         self.store = store_for(self.settings) if isinstance(store, _Default) else store
         self._history = History(debug=self.settings.debug, level=self.settings.record)
@@ -195,9 +194,9 @@ class Compiler:
         built, outcome, note = self._from_store(trip)
         if built is not None:
             return self._finish(trip, outcome, built, note=note)
-        code = self._code_key(trip)
+        code = rekey.code_key_for(self, trip)
         if code.key is not None:
-            found = self._by_code(trip, code.key)
+            found = rekey.by_code(self, trip, code.key)
             if found is not None:
                 return found
         built = self._compile_trip(trip)
@@ -259,40 +258,6 @@ class Compiler:
                 return built, Outcome.HIT, _served_from(entry, self._store)
         return None, Outcome.CORRUPT if corrupt else Outcome.MISS, ""
 
-    def _code_key(self, trip: _Trip) -> CodeKey:
-        """The code key of a trip that missed (on a miss only: the HIT path never pays for it);
-        why there is none goes to the debug trace."""
-        if self._store is None:
-            return CodeKey(None, "no store to rekey from")
-        code = code_key_of(trip.prep.source, trip.prep.opts, trip.info, trip.prep.files,
-                           trip.prep.flags)
-        if code.key is None and self._history.debug:
-            with self._lock:
-                self._history.event("NOREKEY", trip.prep.key, [], detail=code.reason)
-        return code
-
-    def _by_code(self, trip: _Trip, code: str) -> BuildResult | None:
-        """REKEYED: the binary of a stored entry of the same code, loaded (not built) and saved
-        under this trip's key too; ``None`` when the store has none that the driver takes."""
-        store = self._store
-        wait_everywhere((trip.info.fingerprint, "code", code))  # its save may be under way
-        try:
-            entry = None if store is None else store.find_code(trip.info.fingerprint, code)
-            if store is None or entry is None or entry.binary is None:
-                return None
-            built = self._load(trip.ctx, [trip.dev], [entry], trip.prep.opts)
-        except (CorruptEntry, OSError):
-            return None  # a damaged original: this trip builds its own
-        built = dataclasses.replace(built, log_from=entry.meta.rekeyed_from or entry.key)
-        self._keep(trip.memo, built)
-        self._record_hit(store, trip.info.fingerprint, entry.key)
-        rec = self._record(trip.info, trip.prep, trip.t0, Outcome.REKEYED, built, code_key=code)
-        saved = store.put(rec.entry(entry.binary))
-        note = f"same code as {entry.key[:4]}…: only comments or spacing changed"
-        if not saved:
-            note += f"; not saved ({store.reason or 'store refused it'})"
-        return self._finish(trip, Outcome.REKEYED, built, saved=saved, note=note, code_key=code)
-
     def _compile_trip(self, trip: _Trip) -> driver.Built:
         try:
             return self._compile(trip.ctx, [trip.dev], trip.info.label, trip.prep,
@@ -335,38 +300,11 @@ class Compiler:
                 kept = self._history.add(rec)
         if not save:
             self.counters.add(rec.fingerprint, outcome, 1, rec.saved_ms, later=self._later)
-        pending = self._save_later(rec, kept, built.program, trip.dev, why) if save else None
+        pending = (saves.save_later(self, rec, kept, built.program, trip.dev, why) if save
+                   else None)
         self._history.changed()
         return BuildResult(built.program, built.kernels, trip.ctx, trip.queue, trip.prep.opts,
                            rec, pending)
-
-    def _save_later(self, rec: Record, kept: Record | None, program: cl.Program,
-                    dev: cl.Device, why: str = "") -> Pending[Record]:
-        """Read out and save the binary of ``rec``'s build on the saver's thread; the history's
-        record (``kept``) then says how it ended."""
-        pending: Pending[Record] = Pending(rec)
-
-        def job() -> None:
-            saved, note = False, "not saved"
-            try:
-                saved, note = self._save(rec, program, dev)
-                note = f"{why} · {note}" if why else note
-            except Exception as exc:  # whatever went wrong, the build stands and nobody hangs
-                note = f"not saved ({exc})"
-                warn_once(f"clmagic could not save {rec.key[:12]} ({exc})")
-            finally:
-                if kept is not None:
-                    with self._lock:
-                        self._history.settle(kept, saved, note)
-                # counted once saved: a directory store's folder (and its counters) is made by
-                # its first save
-                self.counters.add(rec.fingerprint, rec.outcome, 1, rec.saved_ms)
-                pending.settle(dataclasses.replace(rec, saved_to_store=saved, note=note))
-
-        # tagged by key, and by code key: a REKEYED lookup of the same code waits for it too
-        code = (rec.fingerprint, "code", rec.code_key) if rec.code_key else None
-        self._saver.submit((rec.fingerprint, rec.key), job, code)
-        return pending
 
     def build_program(self, context: cl.Context, source: str | bytes,
                       options: str | BuildOptions | None = None,
@@ -457,44 +395,12 @@ class Compiler:
             saved_to_store=saved, note=note, origin=origin, code_key=code_key or "",
             rekeyed_from=built.log_from)
 
-    def _save(self, rec: Record, program: cl.Program, dev: cl.Device) -> tuple[bool, str]:
-        """Store the entry of ``rec``, with the binary ``program`` holds for ``dev``; returns
-        (saved, note)."""
-        store = self._store
-        if store is None:
-            return False, "cache off (memory only)"
-        saved = store.put(rec.entry(driver.binary_of(program, dev)))
-        return saved, "saved" if saved else (
-            f"not saved ({store.reason or 'store refused it'})")
-
     def _count_hit(self, fingerprint: str, key: str) -> None:
-        """Count a store hit on the saver's thread (the user does not wait for a counter); one
-        job counts every hit made until it runs."""
-        store = self._store
-        if store is None:
-            return
-        with self._lock:
-            self._hits.append((store, fingerprint, key))
-            if len(self._hits) > 1:
-                return  # the job already asked for counts this one too
-        self._saver.submit(None, self._count_hits, wake=False)
-
-    def _count_hits(self) -> None:
-        with self._lock:
-            hits, self._hits = self._hits, []
-        for store, fingerprint, key in hits:
-            self._record_hit(store, fingerprint, key)
+        """Count a store hit on the saver's thread, when it runs anyway (the user does not wait
+        for a counter)."""
+        if self._store is not None:
+            self._hits.count(self._store, fingerprint, key)
 
     def _later(self, job: Callable[[], object]) -> None:
         """Run ``job`` on the saver's thread, when it runs anyway (see :class:`Saver`)."""
         self._saver.submit(None, job, wake=False)
-
-    @staticmethod
-    def _record_hit(store: Store | None, fingerprint: str, key: str) -> None:
-        """Count a store hit (MEMORY hits are not store hits: they live in the history only)."""
-        try:
-            if store is not None:
-                store.record_hit(fingerprint, key)
-        except Exception as exc:  # use counts are advisory; never fail a build over them
-            warn_once(f"cache {store!r} could not count a hit ({exc})")
-

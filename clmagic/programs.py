@@ -19,6 +19,7 @@ from .includes import headers_changed
 from .options import BuildOptions
 from .records import Outcome
 from .results import ProgramBuild
+from .saves import save as save_entry
 from .store import Store
 
 if TYPE_CHECKING:  # the compiler hands itself over; it imports this module
@@ -109,10 +110,11 @@ def build_program(compiler: Compiler, context: cl.Context, source: str | bytes,
     _remember(compiler, keys, built)
     missing = [i for i, (e, _) in enumerate(found) if e is None or corrupt]
     outcome = Outcome.CORRUPT if corrupt else Outcome.MISS
-    saves = [(i, compiler._save(compiler._record(infos[i], preps[i], t0, outcome, built,
-                                                 origin=origin,
-                                                 log=driver.build_log(built.program, devs[i])),
-                                built.program, devs[i]))
+    saves = [(i, save_entry(compiler,
+                            compiler._record(infos[i], preps[i], t0, outcome, built,
+                                             origin=origin,
+                                             log=driver.build_log(built.program, devs[i])),
+                            built.program, devs[i]))
              for i in missing]
     return finish(outcome, built, missing, saves, note="built with the other devices")
 

@@ -25,11 +25,14 @@ import time
 import weakref
 from collections import deque
 from collections.abc import Callable, Hashable
-from typing import Generic, TypeVar
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 from .config import warn_once
 
-__all__ = ["Saver", "Pending", "flush_all", "wait_everywhere"]
+if TYPE_CHECKING:
+    from .store import Store
+
+__all__ = ["Saver", "Pending", "HitCounter", "record_hit", "flush_all", "wait_everywhere"]
 
 _SAVERS: weakref.WeakSet[Saver] = weakref.WeakSet()
 T = TypeVar("T")
@@ -161,6 +164,39 @@ class Saver:
                         else:
                             del self._pending[tag]
                     self._cond.notify_all()
+
+
+class HitCounter:
+    """Store hits counted on a saver's thread, in batches: one job, submitted without waking the
+    thread, counts every hit made until it runs."""
+
+    def __init__(self, saver: Saver) -> None:
+        self._saver = saver
+        self._lock = threading.Lock()
+        self._hits: list[tuple[Store, str, str]] = []
+
+    def count(self, store: Store, fingerprint: str, key: str) -> None:
+        with self._lock:
+            self._hits.append((store, fingerprint, key))
+            if len(self._hits) > 1:
+                return  # the job already asked for counts this one too
+        self._saver.submit(None, self._run, wake=False)
+
+    def _run(self) -> None:
+        with self._lock:
+            hits, self._hits = self._hits, []
+        for store, fingerprint, key in hits:
+            record_hit(store, fingerprint, key)
+
+
+def record_hit(store: Store | None, fingerprint: str, key: str) -> None:
+    """Count a store hit now (MEMORY hits are not store hits: they live in the history only);
+    use counts are advisory, so a store that cannot count is reported, never fatal."""
+    try:
+        if store is not None:
+            store.record_hit(fingerprint, key)
+    except Exception as exc:
+        warn_once(f"cache {store!r} could not count a hit ({exc})")
 
 
 def wait_everywhere(tag: Hashable) -> None:

@@ -1,0 +1,59 @@
+"""A MISS's save: the binary read out of the driver and stored, on the compiler's saver thread
+(:mod:`clmagic.saving`) so that the user waits for the build alone."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING
+
+import pyopencl as cl
+
+from . import driver
+from .config import warn_once
+from .records import Record
+from .saving import Pending
+
+if TYPE_CHECKING:  # the compiler hands itself over; it imports this module
+    from .compiler import Compiler
+
+__all__ = ["save", "save_later"]
+
+
+def save(compiler: Compiler, rec: Record, program: cl.Program,
+         dev: cl.Device) -> tuple[bool, str]:
+    """Store the entry of ``rec``, with the binary ``program`` holds for ``dev``; returns
+    (saved, note)."""
+    store = compiler._store
+    if store is None:
+        return False, "cache off (memory only)"
+    saved = store.put(rec.entry(driver.binary_of(program, dev)))
+    return saved, "saved" if saved else f"not saved ({store.reason or 'store refused it'})"
+
+
+def save_later(compiler: Compiler, rec: Record, kept: Record | None, program: cl.Program,
+               dev: cl.Device, why: str = "") -> Pending[Record]:
+    """Read out and save the binary of ``rec``'s build on the saver's thread; the history's
+    record (``kept``) then says how it ended, and so does the returned :class:`Pending`."""
+    pending: Pending[Record] = Pending(rec)
+
+    def job() -> None:
+        saved, note = False, "not saved"
+        try:
+            saved, note = save(compiler, rec, program, dev)
+            note = f"{why} · {note}" if why else note
+        except Exception as exc:  # whatever went wrong, the build stands and nobody hangs
+            note = f"not saved ({exc})"
+            warn_once(f"clmagic could not save {rec.key[:12]} ({exc})")
+        finally:
+            if kept is not None:
+                with compiler._lock:
+                    compiler._history.settle(kept, saved, note)
+            # counted once saved: a directory store's folder (and its counters) is made by its
+            # first save
+            compiler.counters.add(rec.fingerprint, rec.outcome, 1, rec.saved_ms)
+            pending.settle(dataclasses.replace(rec, saved_to_store=saved, note=note))
+
+    # tagged by key, and by code key: a REKEYED lookup of the same code waits for it too
+    code = (rec.fingerprint, "code", rec.code_key) if rec.code_key else None
+    compiler._saver.submit((rec.fingerprint, rec.key), job, code)
+    return pending
