@@ -6,7 +6,9 @@
 #   benchmarks/gpu_run.sh on|off|hook [max-real] [repeats]...   (several steps in one call)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-. ../shared/tools/nvidia-opencl-env.sh
+for env in ../shared/tools/nvidia-opencl-env.sh shared/tools/nvidia-opencl-env.sh; do
+  if [ -f "$env" ]; then . "$env"; break; fi
+done
 OUT=${OUT:-/tmp/gpu-out}
 mkdir -p "$OUT"
 if [ ! -x /tmp/gpu-venv/bin/python ]; then
