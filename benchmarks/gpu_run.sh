@@ -1,13 +1,20 @@
 #!/usr/bin/env bash
 # The GPU host's benchmark run (NVIDIA, Python 3.12, no package registry): a venv from carried
-# cp312 wheels (.whl/: pyopencl and its pure-Python needs, IPython for the magic role, Mako),
+# cp312 wheels (.whl/: numpy, pyopencl and its pure-Python needs, IPython for the magic role,
+# Mako),
 # the silx/pyFAI corpus unpacked in .corpus/ (benchmarks/corpus.py extract_cl), results to $OUT.
 #
 #   benchmarks/gpu_run.sh on|off|hook [max-real] [repeats]...   (several steps in one call)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-for env in ../shared/tools/nvidia-opencl-env.sh shared/tools/nvidia-opencl-env.sh; do
-  if [ -f "$env" ]; then . "$env"; break; fi
+# the OpenCL ICD loader pointed at NVIDIA's library (as ../shared/tools/nvidia-opencl-env.sh)
+for lib in /usr/lib/libnvidia-opencl.so.1 /usr/lib/libnvidia-opencl.so \
+           /usr/local/nvidia/lib64/libnvidia-opencl.so.1; do
+  if [ -e "$lib" ]; then
+    mkdir -p /tmp/opencl-vendors && echo "$lib" > /tmp/opencl-vendors/nvidia.icd
+    export OCL_ICD_VENDORS=/tmp/opencl-vendors
+    break
+  fi
 done
 OUT=${OUT:-/tmp/gpu-out}
 mkdir -p "$OUT"
