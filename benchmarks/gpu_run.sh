@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # The GPU host's benchmark run (NVIDIA, Python 3.12, no package registry): a venv from carried
 # cp312 wheels (.whl/: numpy, pyopencl and its pure-Python needs, IPython for the magic role,
-# Mako),
-# the silx/pyFAI corpus unpacked in .corpus/ (benchmarks/corpus.py extract_cl), results to $OUT.
+# Mako), the silx/pyFAI corpus unpacked in .corpus/ (benchmarks/corpus.py extract_cl), results
+# in $OUT.
 #
-#   benchmarks/gpu_run.sh on|off|hook [max-real] [repeats]...   (several steps in one call)
+#   benchmarks/gpu_run.sh hook on off     (steps in order; MAX_REAL_ON/OFF, REPEATS_ON/OFF/HOOK)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # the OpenCL ICD loader pointed at NVIDIA's library (as ../shared/tools/nvidia-opencl-env.sh)
@@ -18,7 +18,7 @@ for lib in /usr/lib/libnvidia-opencl.so.1 /usr/lib/libnvidia-opencl.so \
 done
 OUT=${OUT:-/tmp/gpu-out}
 mkdir -p "$OUT"
-if [ ! -x /tmp/gpu-venv/bin/python ]; then
+if ! /tmp/gpu-venv/bin/python -c 'import numpy, pyopencl, IPython, mako' 2>/dev/null; then
   python3 -m venv --system-site-packages /tmp/gpu-venv
   /tmp/gpu-venv/bin/pip install -q --no-index --no-deps .whl/*.whl
 fi
