@@ -20,7 +20,8 @@ OUT=${OUT:-/tmp/gpu-out}
 mkdir -p "$OUT"
 if ! /tmp/gpu-venv/bin/python -c 'import numpy, pyopencl, IPython, mako' 2>/dev/null; then
   python3 -m venv --system-site-packages /tmp/gpu-venv
-  /tmp/gpu-venv/bin/pip install -q --no-index --no-deps .whl/*.whl
+  /tmp/gpu-venv/bin/pip install -q --no-index --find-links .whl numpy pyopencl mako ipython \
+    platformdirs
 fi
 PY=/tmp/gpu-venv/bin/python
 export PYTHONPATH=$PWD
