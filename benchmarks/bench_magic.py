@@ -162,7 +162,8 @@ def load_times(n: int, code_dir: str) -> dict[str, float]:
     for _ in range(n):
         for name, code in LOADS.items():
             p = subprocess.run([sys.executable, "-c", code + "print((time.perf_counter()-t)*1000)"],
-                               capture_output=True, text=True, check=True, env=env)
+                               capture_output=True, text=True, check=True, env=env,
+                               cwd=code_dir)  # not the caller's folder: its clmagic would win
             runs[name].append(float(p.stdout.strip().splitlines()[-1]))
     return {k: statistics.median(v) for k, v in runs.items()}
 
