@@ -66,6 +66,14 @@ def normalise_source(source: str) -> str:
         source = source.replace("\r\n", "\n")
     if not source.endswith("\n"):
         source += "\n"  # the last line ends like the others (and loses its blanks below)
+    if (source.count(" \n") + source.count("\t\n")) * 8 > source.count("\n"):
+        return _strip_every_line(source)  # many lines to cut (generated code): split them all
+    return _cut_some_lines(source)
+
+
+def _cut_some_lines(source: str) -> str:
+    """:func:`normalise_source`'s cut of a source that ends with ``\\n``, copying the text
+    between the lines that end in blanks as it is (few such lines: hand-written code)."""
     out: list[str] = []  # the text in pieces: only the lines that end in blanks are cut
     start = 0  # the text not yet copied
     # the next line end after a space, after a tab (each line end is one or the other)
@@ -85,9 +93,18 @@ def normalise_source(source: str) -> str:
     return "".join(out)
 
 
+def _strip_every_line(source: str) -> str:
+    """:func:`normalise_source`'s cut, line by line, of a source that ends with ``\\n``."""
+    lines = source[:-1].split("\n")
+    out = [line.rstrip(" \t") for line in lines]
+    if "\\" in source or "??/" in source:  # a line that ends in a splice keeps its blanks
+        out = [line if cut.endswith(("\\", "??/")) else cut for line, cut in zip(lines, out)]
+    return "\n".join(out) + "\n"
+
+
 def _is_normal(source: str) -> bool:
-    """Whether :func:`normalise_source` would return ``source`` unchanged: ending with ``\n``,
-    no ``\r\n``, no space or tab before a ``\n`` (lines are split at ``\n`` alone and lose
+    """Whether :func:`normalise_source` would return ``source`` unchanged: ending with ``\\n``,
+    no ``\\r\\n``, no space or tab before a ``\\n`` (lines are split at ``\\n`` alone and lose
     only spaces and tabs, so other characters, non-ASCII ones too, change nothing)."""
     return (source.endswith("\n") and " \n" not in source and "\t\n" not in source
             and "\r\n" not in source)

@@ -20,7 +20,7 @@ import clmagic
 from clmagic import driver
 from clmagic.records import Outcome
 from clmagic.saving import Saver
-from clmagic.source import normalise_source
+from clmagic.source import _cut_some_lines, _strip_every_line, normalise_source
 from clmagic.store import DirectoryStore
 
 
@@ -194,6 +194,9 @@ def test_normalise_fast_path_agrees_with_the_split():
     for _ in range(50_000):
         s = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 14)))
         assert normalise_source(s) == _split(s), repr(s)
+        ended = s.replace("\r\n", "\n")  # both ways of cutting, whichever is chosen
+        ended += "" if ended.endswith("\n") else "\n"
+        assert _cut_some_lines(ended) == _strip_every_line(ended) == _split(s), repr(s)
     pieces = ["a", " ", "\t", "\\", "??/", "\r\n", "\n", "é"]  # splices next to blanks
     for _ in range(20_000):
         s = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 16)))
