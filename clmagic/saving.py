@@ -173,11 +173,11 @@ class HitCounter:
     def __init__(self, saver: Saver) -> None:
         self._saver = saver
         self._lock = threading.Lock()
-        self._hits: list[tuple[Store, str, str]] = []
+        self._hits: list[tuple[Store, str, str, float]] = []
 
     def count(self, store: Store, fingerprint: str, key: str) -> None:
         with self._lock:
-            self._hits.append((store, fingerprint, key))
+            self._hits.append((store, fingerprint, key, time.time()))
             if len(self._hits) > 1:
                 return  # the job already asked for counts this one too
         self._saver.submit(None, self._run, wake=False)
@@ -185,16 +185,17 @@ class HitCounter:
     def _run(self) -> None:
         with self._lock:
             hits, self._hits = self._hits, []
-        for store, fingerprint, key in hits:
-            record_hit(store, fingerprint, key)
+        for store, fingerprint, key, when in hits:
+            record_hit(store, fingerprint, key, when)
 
 
-def record_hit(store: Store | None, fingerprint: str, key: str) -> None:
+def record_hit(store: Store | None, fingerprint: str, key: str,
+               when: float | None = None) -> None:
     """Count a store hit now (MEMORY hits are not store hits: they live in the history only);
     use counts are advisory, so a store that cannot count is reported, never fatal."""
     try:
         if store is not None:
-            store.record_hit(fingerprint, key)
+            store.record_hit(fingerprint, key, when)
     except Exception as exc:
         warn_once(f"cache {store!r} could not count a hit ({exc})")
 

@@ -77,6 +77,11 @@ def test_record_hit_counts_without_rewriting_the_binary(store_factory, tmp_path)
         assert seen.usage.hits == before.usage.hits + 2
         assert seen.last_used >= before.last_used
         assert seen.usage.stored_bytes >= before.usage.stored_bytes
+    when = before.last_used + 1234.5  # a hit counted later, in a batch, keeps its own time
+    store.record_hit(FP, e.key, when)
+    for seen in (next(iter(store.entries())), store.get(FP, e.key)):
+        assert seen.usage.hits == before.usage.hits + 3
+        assert abs(seen.last_used - when) < 0.01
 
 
 def test_clear_one_device_then_all(store_factory, tmp_path):

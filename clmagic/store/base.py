@@ -200,9 +200,10 @@ class Store(ABC):
             return None
         return entry
 
-    def record_hit(self, fingerprint: str, key: str) -> None:
-        """Count one hit of an entry and set its last-used time, without rewriting the entry
-        (the binary is never rewritten on a hit). Default: not tracked."""
+    def record_hit(self, fingerprint: str, key: str, when: float | None = None) -> None:
+        """Count one hit of an entry and set its last-used time (``when``, the hit's own time,
+        else now: hits may be counted later, in batches), without rewriting the entry (the
+        binary is never rewritten on a hit). Default: not tracked."""
         return None
 
     @abstractmethod

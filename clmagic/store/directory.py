@@ -261,7 +261,7 @@ class DirectoryStore(Store):
         :func:`~clmagic.store.directory_scan.remove_uses`)."""
         return directory_scan.remove_uses(self, victims)
 
-    def record_hit(self, fingerprint: str, key: str) -> None:
+    def record_hit(self, fingerprint: str, key: str, when: float | None = None) -> None:
         """Append one byte to the entry's ``.hits`` file (its size counts the hits, its mtime is
         the last use); the entry file is not touched. Failures are ignored: use counts are
         advisory and must never cost a build."""
@@ -272,6 +272,8 @@ class DirectoryStore(Store):
             fd = open_regular(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
             try:
                 os.write(fd, b"+")
+                if when is not None:
+                    os.utime(fd, (when, when))
             finally:
                 os.close(fd)
         except NotAFile as exc:  # a FIFO would have blocked the build: say what is there

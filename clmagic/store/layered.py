@@ -121,11 +121,11 @@ class LayeredStore(Store):
         self.local.close()
         self.remote.close()
 
-    def record_hit(self, fingerprint: str, key: str) -> None:
-        self.local.record_hit(fingerprint, key)
+    def record_hit(self, fingerprint: str, key: str, when: float | None = None) -> None:
+        self.local.record_hit(fingerprint, key, when)
         if (fingerprint, key) in self._from_remote:  # the team's count: once per process
             self._from_remote.discard((fingerprint, key))
-            self.remote.record_hit(fingerprint, key)
+            self.remote.record_hit(fingerprint, key, when)
 
     def delete(self, fingerprint: str, key: str) -> bool:
         local = self.local.delete(fingerprint, key)

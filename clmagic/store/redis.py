@@ -185,7 +185,7 @@ class RedisStore(Store):
             return None
         return self._code_target(fingerprint, code_key, key.decode("ascii", "replace"))
 
-    def record_hit(self, fingerprint: str, key: str) -> None:
+    def record_hit(self, fingerprint: str, key: str, when: float | None = None) -> None:
         """Count a hit in the entry's hash (the binary field is not written). Counts are
         advisory: a refused count (out of memory, a read-only replica, scripts disabled) is
         dropped with one warning and never turns writes off."""
@@ -193,7 +193,8 @@ class RedisStore(Store):
             return
         name = self._name(fingerprint, key)
         try:
-            self._run(lambda c: self._hit(keys=[name], args=[time.time(), self.ttl], client=c), 0)
+            self._run(lambda c: self._hit(keys=[name], args=[when or time.time(), self.ttl],
+                                            client=c), 0)
         except self._response_error as exc:
             warn_once(f"remote cache {self.location} did not count a hit ({exc})")
 

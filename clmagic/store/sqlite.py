@@ -206,7 +206,7 @@ class SQLiteStore(SQLiteFile):
 
         return list(gone) if self._transact(work) >= 0 else []
 
-    def record_hit(self, fingerprint: str, key: str) -> None:
+    def record_hit(self, fingerprint: str, key: str, when: float | None = None) -> None:
         """Count a hit in the ``usage`` table (the entry row is not touched). Counts are
         advisory: waiting at most ``HIT_TIMEOUT_MS`` for another writer, a count that cannot be
         written is dropped, and it never turns writes off."""
@@ -218,7 +218,7 @@ class SQLiteStore(SQLiteFile):
                 conn = self._connection()
                 conn.execute(f"PRAGMA busy_timeout = {HIT_TIMEOUT_MS}")
                 try:
-                    conn.execute(SQL_HIT, (time.time(), FORMAT_VERSION, fingerprint, key))
+                    conn.execute(SQL_HIT, (when or time.time(), FORMAT_VERSION, fingerprint, key))
                 finally:
                     conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
             except sqlite3.Error as exc:
