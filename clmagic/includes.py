@@ -146,11 +146,11 @@ _SCANNED_LOCK = threading.Lock()
 
 
 def _scan(text: str) -> _Named:
-    if _names_nothing(text):
-        return _Named([], "")
-    named = _SCANNED.get(text)
+    if len(text) < 2048:  # cheaper to look than to remember
+        return _Named([], "") if _names_nothing(text) else _scan_all(text)
+    named = _SCANNED.get(text)  # a header met again (pyopencl's, in every generated kernel)
     if named is None:
-        named = _scan_all(text)
+        named = _Named([], "") if _names_nothing(text) else _scan_all(text)
         if len(text) <= 256 << 10:
             with _SCANNED_LOCK:
                 if len(_SCANNED) >= _SCANNED_MAX:
@@ -270,12 +270,12 @@ class Headers(list[tuple[str, bytes]]):
 
     def __init__(self, items: Iterable[tuple[str, bytes]] = ()) -> None:
         super().__init__(items)
-        self.stamps: list[tuple[str, int, int, int]] = []
+        self.stamps: list[tuple[str, int, int, int, int]] = []
         self.static = True
         self.found_with: tuple | None = None  # find_headers' arguments, for headers_changed
 
 
-def _read(path: str) -> tuple[bytes, tuple[str, int, int, int]] | None:
+def _read(path: str) -> tuple[bytes, tuple[str, int, int, int, int]] | None:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except FileNotFoundError:
@@ -292,7 +292,8 @@ def _read(path: str) -> tuple[bytes, tuple[str, int, int, int]] | None:
         if not stat.S_ISREG(st.st_mode):
             raise Unkeyable(f"{path} is not a regular file: cannot tell what the compiler "
                             "reads there")
-        return fh.read(MAX_HEADER_BYTES + 1), (path, st.st_ino, st.st_size, st.st_mtime_ns)
+        return fh.read(MAX_HEADER_BYTES + 1), (path, st.st_dev, st.st_ino, st.st_size,
+                                               st.st_mtime_ns)
 
 
 def find_headers(
@@ -326,7 +327,7 @@ def find_headers(
     text = source.decode("utf-8", "replace") if isinstance(source, bytes) else source
     found = Headers()
     found.found_with = (text, tuple(include_dirs), cwd, options)
-    seen: set[str] = set()
+    seen: set[tuple[int, int]] = set()  # files met, by device and inode (links, ../ included)
     names = includes_of(text)
     found.static = not names and not extra.files
     todo: deque[tuple[list[str], list[str]]] = deque()
@@ -340,26 +341,25 @@ def find_headers(
             here = [(".", f) for f in folders]
             for slot, base in [*here, *slots, ("cwd", cwd)]:
                 path = os.path.join(base, rel)
-                got = _read(path)  # first: most slots hold no such file, and then no realpath
+                got = _read(path)
                 if got is None:
                     continue
-                real = os.path.realpath(path)
-                if real in seen:
-                    continue
                 data, stamp = got
+                if stamp[1:3] in seen:
+                    continue
                 if len(data) > MAX_HEADER_BYTES or len(found) >= MAX_HEADERS:
                     # a key that left part of the headers out could serve a stale binary
                     raise Unkeyable(
                         f"the includes go past what a key can cover ({MAX_HEADERS} headers of "
                         f"{MAX_HEADER_BYTES >> 20} MiB at most; {rel})"
                     )
-                seen.add(real)
+                seen.add(stamp[1:3])
                 found.append((f"{spelling} @{slot}", data))
                 found.stamps.append(stamp)
                 inner = includes_of(data.decode("utf-8", "replace"))
                 if inner:
                     parents = list(dict.fromkeys([os.path.dirname(path),
-                                                  os.path.dirname(real)]))
+                                                  os.path.dirname(os.path.realpath(path))]))
                     todo.append((inner, parents))
     return found
 
