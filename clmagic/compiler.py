@@ -292,8 +292,8 @@ class Compiler:
         saver (the result's ``saved`` and ``note`` wait for them, its ``latest`` does not);
         ``why`` (what is new, for a MISS) is added to the save's note."""
         rec = self._record(trip.info, trip.prep, trip.t0, outcome, built, saved=saved, note=note,
-                           code_key=code_key, line_offset=trip.line_offset)
-        rec = dataclasses.replace(rec, setup_ms=trip.setup_ms)
+                           code_key=code_key, line_offset=trip.line_offset,
+                           setup_ms=trip.setup_ms)
         kept = None
         if self._history.active:  # CLMAGIC_RECORD=off without debug: nothing to keep or print
             with self._lock:
@@ -384,7 +384,8 @@ class Compiler:
     def _record(self, info: DeviceInfo, prep: Prepared, t0: float, outcome: str,
                 built: driver.Built, *, saved: bool = False, note: str = "",
                 origin: str = "cell", log: str | None = None,
-                code_key: str | None = None, line_offset: int = 0) -> Record:
+                code_key: str | None = None, line_offset: int = 0,
+                setup_ms: float = 0.0) -> Record:
         """The trip's record for one device (the history takes it in ``_finish``)."""
         return Record(
             time=time.time(), outcome=outcome, kernels=list(built.names),
@@ -393,7 +394,7 @@ class Compiler:
             source_bytes=len(prep.src), headers=prep.headers,
             build_log=built.log if log is None else log, line_offset=line_offset,
             saved_to_store=saved, note=note, origin=origin, code_key=code_key or "",
-            rekeyed_from=built.log_from)
+            rekeyed_from=built.log_from, setup_ms=setup_ms)
 
     def _count_hit(self, fingerprint: str, key: str) -> None:
         """Count a store hit on the saver's thread, when it runs anyway (the user does not wait
