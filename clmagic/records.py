@@ -10,7 +10,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .entry import Entry
-from .report_cache import stats_html, stats_text
 
 if TYPE_CHECKING:
     from .devices import DeviceInfo
@@ -350,7 +349,11 @@ class Stats:
                 "devices": [d.as_dict() for d in self.devices]}
 
     def __str__(self) -> str:
+        from .report_cache import stats_text  # not on the build path: loaded when shown
+
         return stats_text(self)
 
     def _repr_html_(self) -> str:
+        from .report_cache import stats_html
+
         return stats_html(self)
