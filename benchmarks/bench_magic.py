@@ -12,7 +12,9 @@
    repeat on sources built by an earlier process: ``shown`` (the result line displayed, as
    users see it), ``quiet`` (``--quiet``), ``noop`` (the same cell under a cell magic that does
    nothing: IPython's own cost), ``lib`` (``Compiler.build``, a disk HIT) and ``bare`` (the
-   driver loading the binary of the same entry: program from binary, build, kernels).
+   driver loading the binary of the same entry: program from binary, build, kernels); then
+   the same cells again (``--memory`` times each): MEMORY trips, neither disk nor driver, where
+   what the magic itself adds shows best.
 
 Prints medians (ms) and the ratios (cell − noop) / bare and (cell − noop) / lib. ``--profile``
 runs the shown cells under cProfile once more and prints where their time goes. ``--before DIR``
@@ -137,6 +139,20 @@ def role_cells(args: argparse.Namespace) -> dict[str, list[float]]:
                     prg.all_kernels()
                     ms = _ms(t0)
                 out[step].append(ms)
+    # the same cells again: MEMORY trips, no disk and no driver, so the magic's own layer shows
+    for k in ("m_shown", "m_quiet", "m_noop", "m_lib"):
+        out[k] = []
+    mem = {"m_shown": shown, "m_quiet": quiet, "m_noop": shown.replace("%%clkernel", "%%noop", 1)}
+    for _ in range(args.memory):
+        for step, cell in mem.items():
+            with redirect_stdout(sink):
+                t0 = time.perf_counter()
+                shell.run_cell(cell, silent=True)
+                out[step].append(_ms(t0))
+        t0 = time.perf_counter()
+        r = c.build(lib, None, info)
+        out["m_lib"].append(_ms(t0))
+        assert r.outcome == "MEMORY", r.outcome
     if prof is not None:
         text = io.StringIO()
         pstats.Stats(prof, stream=text).sort_stats("cumulative").print_stats(45)
@@ -146,7 +162,7 @@ def role_cells(args: argparse.Namespace) -> dict[str, list[float]]:
 
 def _run_role(role: str, args: argparse.Namespace, env: dict[str, str]) -> dict:
     cmd = [sys.executable, __file__, "--role", role, "--device", args.device or "",
-           "--repeats", str(args.repeats)] + (["--profile"] if args.profile else [])
+           "--repeats", str(args.repeats), "--memory", str(args.memory)] + (["--profile"] if args.profile else [])
     p = subprocess.run(cmd, env={**os.environ, **env}, capture_output=True, text=True)
     if p.returncode != 0:
         raise SystemExit(f"role {role} failed:\n{p.stderr[-4000:]}")
@@ -197,6 +213,11 @@ def _cells(args: argparse.Namespace, who: str, code_dir: str) -> None:
         own = med[k] - med["noop"]
         print(f"[{who}] ({k} − noop) = {own:.2f} ms: / bare {own / med['bare']:.2f}, "
               f"/ lib HIT {own / med['lib']:.2f}, magic layer {own - med['lib']:.2f} ms")
+    for k in ("m_shown", "m_quiet"):
+        own = med[k] - med["m_noop"]
+        print(f"[{who}] MEMORY {k[2:]} − noop = {own * 1000:.0f} µs, of which the library's "
+              f"MEMORY trip {med['m_lib'] * 1000:.0f} µs: magic layer "
+              f"{(own - med['m_lib']) * 1000:.0f} µs")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -204,6 +225,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device", default="pocl")
     ap.add_argument("--loads", type=int, default=21)
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--memory", type=int, default=200, help="MEMORY cells of each kind")
     ap.add_argument("--profile", action="store_true")
     ap.add_argument("--skip-loads", action="store_true")
     ap.add_argument("--before", default=None, help="another checkout, measured alternately")
