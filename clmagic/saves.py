@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import pyopencl as cl
 
-from . import driver
+from . import driver, readout
 from .config import warn_once
 from .records import Record
 from .saving import Pending
@@ -19,14 +19,19 @@ if TYPE_CHECKING:  # the compiler hands itself over; it imports this module
 __all__ = ["save", "save_later"]
 
 
-def save(compiler: Compiler, rec: Record, program: cl.Program,
-         dev: cl.Device) -> tuple[bool, str]:
+def save(compiler: Compiler, rec: Record, program: cl.Program, dev: cl.Device,
+         aside: bool = False) -> tuple[bool, str]:
     """Store the entry of ``rec``, with the binary ``program`` holds for ``dev``; returns
-    (saved, note)."""
+    (saved, note). ``aside``: the user goes on with ``program`` meanwhile, so on a driver whose
+    readout holds the driver (POCL) a source that reads no header is read out by a helper
+    process (:mod:`clmagic.readout`)."""
     store = compiler._store
     if store is None:
         return False, "cache off (memory only)"
-    saved = store.put(rec.entry(driver.binary_of(program, dev)))
+    binary = None
+    if aside and rec.source and not rec.headers and readout.needs_helper(rec.device.platform_name):
+        binary = readout.read_out(rec.fingerprint, rec.source, rec.options)
+    saved = store.put(rec.entry(binary if binary is not None else driver.binary_of(program, dev)))
     return saved, "saved" if saved else f"not saved ({store.reason or 'store refused it'})"
 
 
@@ -39,7 +44,7 @@ def save_later(compiler: Compiler, rec: Record, kept: Record | None, program: cl
     def job() -> None:
         saved, note = False, "not saved"
         try:
-            saved, note = save(compiler, rec, program, dev)
+            saved, note = save(compiler, rec, program, dev, aside=True)
             note = f"{why} · {note}" if why else note
         except Exception as exc:  # whatever went wrong, the build stands and nobody hangs
             note = f"not saved ({exc})"

@@ -13,6 +13,7 @@ import sys
 import threading
 import time
 
+import numpy as np
 import pyopencl as cl
 from conftest import SAXPY, child_env, last_json, run_child
 
@@ -138,6 +139,49 @@ def test_a_failing_save_is_reported_and_nobody_hangs(compiler, pocl, monkeypatch
     r = compiler.build(SAXPY)
     assert not r.saved and "disk on fire" in r.note
     assert not compiler.history.records[-1].saved_to_store
+
+
+def test_on_pocl_a_helper_process_reads_the_binary_out_so_the_first_launch_does_not_wait(
+        compiler, cache_dir, pocl, tmp_path):
+    """Reading a POCL binary holds POCL's compiler lock while it generates every kernel: the
+    background save asks a helper process for it (the same source, options, device), so the
+    user's program is never read out; the entry saved is the same program (a HIT computes the
+    same values); a source that reads a header is read in-process, a helper that died is
+    started again."""
+    from clmagic import readout
+
+    asked: list[str] = []
+    inner = readout.read_out
+
+    def spy(fingerprint: str, source: str, options: str) -> bytes | None:
+        asked.append(source)
+        return inner(fingerprint, source, options)
+
+    readout.read_out = spy
+    try:
+        many = SAXPY + "".join(f"__kernel void k{i}(__global float *a) {{ a[{i}] = {i}; }}\n"
+                               for i in range(8))
+        r = compiler.build(many)
+        assert r.outcome == Outcome.MISS and r.saved and asked == [normalise_source(many)]
+        assert readout._helper is not None and readout._helper.poll() is None  # kept for more
+        fresh = clmagic.Compiler(compiler.settings)
+        hit = fresh.build(many)
+        assert hit.outcome == Outcome.HIT
+        queue = cl.CommandQueue(hit.context)
+        out = cl.Buffer(hit.context, cl.mem_flags.READ_WRITE, 64)
+        hit.kernels["k7"](queue, (1,), None, out)
+        got = np.zeros(16, np.float32)
+        cl.enqueue_copy(queue, got, out)
+        assert got[7] == 7
+        (tmp_path / "h.h").write_text("#define H 3\n")
+        with_header = f'#include "{tmp_path}/h.h"\n' + SAXPY
+        assert compiler.build(with_header).saved and len(asked) == 1  # read in-process
+        readout._helper.kill()  # a helper gone is started again for the next save: none lost
+        readout._helper.wait()
+        r = compiler.build(SAXPY + "// after the helper died\n")
+        assert r.saved and len(asked) == 2
+    finally:
+        readout.read_out = inner
 
 
 def test_saver_runs_jobs_in_order_and_waits_by_tag():
