@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import atexit
 import json
+import os
 import struct
 import subprocess
 import sys
@@ -34,8 +35,11 @@ _helper: subprocess.Popen[bytes] | None = None
 
 
 def needs_helper(platform_name: str) -> bool:
-    """Whether reading a binary on this platform generates code under a process-wide lock."""
-    return "Portable Computing Language" in platform_name
+    """Whether a background readout on this platform goes to the helper: on POCL, whose
+    readout generates code under its process-wide lock, unless ``CLMAGIC_READOUT_HELPER=0``
+    (the readout then runs in-process, and a kernel launched meanwhile waits for it)."""
+    return ("Portable Computing Language" in platform_name
+            and os.environ.get("CLMAGIC_READOUT_HELPER", "1") != "0")
 
 
 def read_out(fingerprint: str, source: str, options: str) -> bytes | None:

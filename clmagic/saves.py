@@ -11,7 +11,7 @@ import pyopencl as cl
 from . import driver, readout
 from .config import warn_once
 from .records import Record
-from .saving import Pending
+from .saving import Pending, exiting
 
 if TYPE_CHECKING:  # the compiler hands itself over; it imports this module
     from .compiler import Compiler
@@ -24,12 +24,14 @@ def save(compiler: Compiler, rec: Record, program: cl.Program, dev: cl.Device,
     """Store the entry of ``rec``, with the binary ``program`` holds for ``dev``; returns
     (saved, note). ``aside``: the user goes on with ``program`` meanwhile, so on a driver whose
     readout holds the driver (POCL) a source that reads no header is read out by a helper
-    process (:mod:`clmagic.readout`)."""
+    process (:mod:`clmagic.readout`), unless the process is ending (nobody launches anything
+    then, and a helper would only add its start)."""
     store = compiler._store
     if store is None:
         return False, "cache off (memory only)"
     binary = None
-    if aside and rec.source and not rec.headers and readout.needs_helper(rec.device.platform_name):
+    if (aside and rec.source and not rec.headers and not exiting()
+            and readout.needs_helper(rec.device.platform_name)):
         binary = readout.read_out(rec.fingerprint, rec.source, rec.options)
     saved = store.put(rec.entry(binary if binary is not None else driver.binary_of(program, dev)))
     return saved, "saved" if saved else f"not saved ({store.reason or 'store refused it'})"

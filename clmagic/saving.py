@@ -32,7 +32,8 @@ from .config import warn_once
 if TYPE_CHECKING:
     from .store import Store
 
-__all__ = ["Saver", "Pending", "HitCounter", "record_hit", "flush_all", "wait_everywhere"]
+__all__ = ["Saver", "Pending", "HitCounter", "record_hit", "flush_all", "wait_everywhere",
+           "exiting"]
 
 _SAVERS: weakref.WeakSet[Saver] = weakref.WeakSet()
 T = TypeVar("T")
@@ -213,5 +214,19 @@ def flush_all() -> None:
         saver.flush()
 
 
-atexit.register(flush_all)
+_exiting = False
+
+
+def exiting() -> bool:
+    """Whether the process is ending normally (its last saves are being finished)."""
+    return _exiting
+
+
+def _at_exit() -> None:
+    global _exiting
+    _exiting = True
+    flush_all()
+
+
+atexit.register(_at_exit)
 

@@ -33,6 +33,9 @@ for _var, _dir in (("XDG_CACHE_HOME", "cache"), ("IPYTHONDIR", "ipython"), ("JUP
                    ("XDG_CONFIG_HOME", "config"), ("XDG_DATA_HOME", "data"),
                    ("npm_config_cache", "npm")):
     os.environ[_var] = str(RUN_DIR / _dir)
+# POCL's binary readout in-process (a helper process builds each saved program again: +20 % on
+# the suite); test_saving's helper test turns the default back on and checks that path
+os.environ.setdefault("CLMAGIC_READOUT_HELPER", "0")
 
 import pytest  # noqa: E402
 from stores import redis_server, store_factory  # noqa: E402, F401 - fixtures of tests/stores.py

@@ -142,7 +142,7 @@ def test_a_failing_save_is_reported_and_nobody_hangs(compiler, pocl, monkeypatch
 
 
 def test_on_pocl_a_helper_process_reads_the_binary_out_so_the_first_launch_does_not_wait(
-        compiler, cache_dir, pocl, tmp_path):
+        compiler, cache_dir, pocl, tmp_path, monkeypatch):
     """Reading a POCL binary holds POCL's compiler lock while it generates every kernel: the
     background save asks a helper process for it (the same source, options, device), so the
     user's program is never read out; the entry saved is the same program (a HIT computes the
@@ -150,6 +150,12 @@ def test_on_pocl_a_helper_process_reads_the_binary_out_so_the_first_launch_does_
     started again."""
     from clmagic import readout
 
+    monkeypatch.delenv("CLMAGIC_READOUT_HELPER", raising=False)  # the default: on
+    assert not readout.needs_helper("Intel(R) OpenCL") and readout.needs_helper(
+        "Portable Computing Language")
+    monkeypatch.setenv("CLMAGIC_READOUT_HELPER", "0")
+    assert not readout.needs_helper("Portable Computing Language")
+    monkeypatch.delenv("CLMAGIC_READOUT_HELPER")
     asked: list[str] = []
     inner = readout.read_out
 
