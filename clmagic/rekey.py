@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING
 from .errors import CorruptEntry
 from .key import CodeKey, code_key_of
 from .records import Outcome
-from .saving import record_hit, wait_everywhere
+from .saves import not_saved
+from .saving import wait_everywhere
 
 if TYPE_CHECKING:  # the compiler hands itself over; it imports this module
     from .compiler import Compiler, _Trip
@@ -46,10 +47,10 @@ def by_code(compiler: Compiler, trip: _Trip, code: str) -> BuildResult | None:
         return None  # a damaged original: this trip builds its own
     built = dataclasses.replace(built, log_from=entry.meta.rekeyed_from or entry.key)
     compiler._keep(trip.memo, built)
-    record_hit(store, trip.info.fingerprint, entry.key)
+    compiler._count_hit(trip.info.fingerprint, entry.key)  # a hit of the original, batched
     rec = compiler._record(trip.info, trip.prep, trip.t0, Outcome.REKEYED, built, code_key=code)
     saved = store.put(rec.entry(entry.binary))
     note = f"same code as {entry.key[:4]}…: only comments or spacing changed"
     if not saved:
-        note += f"; not saved ({store.reason or 'store refused it'})"
+        note += f"; {not_saved(store)}"
     return compiler._finish(trip, Outcome.REKEYED, built, saved=saved, note=note, code_key=code)

@@ -15,8 +15,9 @@ from .saving import Pending, exiting
 
 if TYPE_CHECKING:  # the compiler hands itself over; it imports this module
     from .compiler import Compiler
+    from .store import Store
 
-__all__ = ["save", "save_later"]
+__all__ = ["save", "save_later", "not_saved"]
 
 
 def save(compiler: Compiler, rec: Record, program: cl.Program, dev: cl.Device,
@@ -34,7 +35,12 @@ def save(compiler: Compiler, rec: Record, program: cl.Program, dev: cl.Device,
             and readout.needs_helper(rec.device.platform_name)):
         binary = readout.read_out(rec.fingerprint, rec.source, rec.options)
     saved = store.put(rec.entry(binary if binary is not None else driver.binary_of(program, dev)))
-    return saved, "saved" if saved else f"not saved ({store.reason or 'store refused it'})"
+    return saved, "saved" if saved else not_saved(store)
+
+
+def not_saved(store: Store) -> str:
+    """What a result's note says when ``store`` refused an entry."""
+    return f"not saved ({store.reason or 'store refused it'})"
 
 
 def save_later(compiler: Compiler, rec: Record, kept: Record | None, program: cl.Program,

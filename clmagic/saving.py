@@ -32,8 +32,7 @@ from .config import warn_once
 if TYPE_CHECKING:
     from .store import Store
 
-__all__ = ["Saver", "Pending", "HitCounter", "record_hit", "flush_all", "wait_everywhere",
-           "exiting"]
+__all__ = ["Saver", "Pending", "HitCounter", "flush_all", "wait_everywhere", "exiting"]
 
 _SAVERS: weakref.WeakSet[Saver] = weakref.WeakSet()
 T = TypeVar("T")
@@ -187,11 +186,11 @@ class HitCounter:
         with self._lock:
             hits, self._hits = self._hits, []
         for store, fingerprint, key, when in hits:
-            record_hit(store, fingerprint, key, when)
+            _record_hit(store, fingerprint, key, when)
 
 
-def record_hit(store: Store | None, fingerprint: str, key: str,
-               when: float | None = None) -> None:
+def _record_hit(store: Store | None, fingerprint: str, key: str,
+                when: float | None = None) -> None:
     """Count a store hit now (MEMORY hits are not store hits: they live in the history only);
     use counts are advisory, so a store that cannot count is reported, never fatal."""
     try:
