@@ -42,6 +42,7 @@ from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
 from .errors import ClmagicError
+from .memo import remember
 
 
 class Unkeyable(ClmagicError):
@@ -153,9 +154,7 @@ def _scan(text: str) -> _Named:
         named = _Named([], "") if _names_nothing(text) else _scan_all(text)
         if len(text) <= 256 << 10:
             with _SCANNED_LOCK:
-                if len(_SCANNED) >= _SCANNED_MAX:
-                    _SCANNED.pop(next(iter(_SCANNED)))
-                _SCANNED[text] = named
+                remember(_SCANNED, text, named, _SCANNED_MAX)
     return _Named(list(named.spellings), named.computed)
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from .devices import DeviceInfo
 from .includes import DRIVER_FLAG_VARS, Headers, Unkeyable, driver_flags, find_headers
 from .key import cache_key
+from .memo import remember
 from .options import BuildOptions, parse_options
 from .source import check_source, preview
 
@@ -70,7 +71,5 @@ def prepare(source: str | bytes, options: Options, info: DeviceInfo,
                         preview(text), unkeyable, headers, flags)
     if headers.static and not unkeyable:  # the key depends on the arguments alone
         with lock:
-            if len(memo) >= PREPARED_MAX:
-                memo.pop(next(iter(memo)))
-            memo[args] = prepared
+            remember(memo, args, prepared, PREPARED_MAX)
     return prepared

@@ -16,6 +16,7 @@ from .config import warn_once
 from .entry import Entry
 from .errors import BuildError, CorruptEntry
 from .includes import headers_changed
+from .memo import remember
 from .options import BuildOptions
 from .records import Outcome
 from .results import ProgramBuild
@@ -122,9 +123,7 @@ def build_program(compiler: Compiler, context: cl.Context, source: str | bytes,
 def _remember(compiler: Compiler, keys: tuple[tuple[str, str], ...], built: driver.Built) -> None:
     """Keep a program built for a caller's context, dropping the oldest past PROGRAMS_MAX."""
     with compiler._lock:
-        if len(compiler._programs) >= PROGRAMS_MAX:
-            compiler._programs.pop(next(iter(compiler._programs)))
-        compiler._programs[keys] = built
+        remember(compiler._programs, keys, built, PROGRAMS_MAX)
 
 
 def served_from(entry: Entry, store: Store | None) -> str:
