@@ -7,6 +7,9 @@ from .errors import ClmagicError
 
 __all__ = ["MAX_SOURCE", "check_source", "normalise_source", "preview"]
 
+#: what a line ends with when it is spliced to the next (then blanks, which it keeps)
+_SPLICES = ("\\", "??/")
+
 #: the largest source accepted, in bytes (a bigger cell is almost surely a pasting accident)
 MAX_SOURCE = 4 << 20
 
@@ -86,7 +89,7 @@ def _cut_some_lines(source: str) -> str:
             tab = source.find("\t\n", newline)
         line = source.rfind("\n", 0, newline) + 1
         cut = line + len(source[line:newline].rstrip(" \t"))
-        if not source.endswith(("\\", "??/"), line, cut):  # a splice keeps its blanks
+        if not source.endswith(_SPLICES, line, cut):  # a splice keeps its blanks
             out.append(source[start:cut])
             start = newline
     out.append(source[start:])
@@ -98,7 +101,7 @@ def _strip_every_line(source: str) -> str:
     lines = source[:-1].split("\n")
     out = [line.rstrip(" \t") for line in lines]
     if "\\" in source or "??/" in source:  # a line that ends in a splice keeps its blanks
-        out = [line if cut.endswith(("\\", "??/")) else cut for line, cut in zip(lines, out)]
+        out = [line if cut.endswith(_SPLICES) else cut for line, cut in zip(lines, out)]
     return "\n".join(out) + "\n"
 
 
