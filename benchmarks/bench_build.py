@@ -123,7 +123,7 @@ def role_cold_miss(args, work: Path) -> dict:
     info, dev = _device(args.device)
     compiler = clmagic.Compiler(Settings.from_env({"CLMAGIC_CACHE_DIR": str(work / "cache")}))
     flush = getattr(compiler, "flush", lambda: None)
-    ctx, queue = clmagic.devices.context_for(info, dev)
+    ctx, queue = clmagic.opencl.devices.context_for(info, dev)
     cl._cl._Program(ctx, "__kernel void warm(__global int *a) { a[0] = 1; }")._build(
         options=b"", devices=[dev])
     out = {}
@@ -138,7 +138,7 @@ def role_cold_miss(args, work: Path) -> dict:
                 if what == "cold":
                     t0 = time.perf_counter()
                     prg = cl._cl._Program(ctx, "// cold\n" + src)
-                    prg._build(options=clmagic.options.parse_options(k["options"]).effective
+                    prg._build(options=clmagic.key.options.parse_options(k["options"]).effective
                                .encode(), devices=[dev])
                     kernels = prg.all_kernels()
                     rec["cold"].append(_ms(t0))
@@ -175,11 +175,11 @@ def role_hit_bare(args, work: Path) -> dict:
     settings = Settings.from_env({"CLMAGIC_CACHE_DIR": str(work / "cache")})
     compiler = clmagic.Compiler(settings)
     keyer = clmagic.Compiler(settings, store=None)  # so the timed HIT prepares its source
-    ctx, _ = clmagic.devices.context_for(info, dev)
+    ctx, _ = clmagic.opencl.devices.context_for(info, dev)
     out = {}
     for k in _load(work):
         rec = out.setdefault(k["name"], {"hit": [], "bare": []})
-        opts = clmagic.options.parse_options(k["options"])
+        opts = clmagic.key.options.parse_options(k["options"])
         for rep in range(args.repeats):
             src = _unique(k["source"], rep)
             key = keyer.key(src, k["options"], info)
@@ -224,7 +224,7 @@ def role_magic(args, work: Path) -> dict:
 
     import clmagic
     from clmagic.config import Settings
-    from clmagic.magics import CLMagics
+    from clmagic.ipython.magics import CLMagics
 
     info, _ = _device(args.device)
     shell = InteractiveShell.instance()

@@ -119,7 +119,7 @@ def main() -> None:
         for kind in ("directory", "sqlite"):
             evict_s, overflow_s, gone = eviction(kind, root, args.entries, args.size)
             print(f"{kind:<12}{evict_s:>10.3f}{gone:>9}{overflow_s:>20.3f}")
-        from clmagic.lifetime import Counters
+        from clmagic.store.lifetime import Counters
 
         c = Counters(f"{root}/stats")
         c.add("0123456789abcdef", "HIT")  # opens this process's file

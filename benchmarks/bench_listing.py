@@ -74,7 +74,7 @@ def main() -> None:
               f"(best of {args.repeat}; median {median * 1000:.0f} ms) "
               f"-> {'OK' if best <= 0.5 else 'OVER'} the 0.5 s target")
         try:
-            from clmagic.frames import cache_frame
+            from clmagic.show.frames import cache_frame
         except ImportError:  # before frames exist
             return
         cache_frame(store=store)  # import pandas outside the timing

@@ -102,7 +102,7 @@ def role_cells(args: argparse.Namespace) -> dict[str, list[float]]:
                               silent=True).success
     c = clmagic.get_compiler()
     keyer = clmagic.Compiler(c.settings, store=None)
-    ctx, _ = clmagic.devices.context_for(info, dev)
+    ctx, _ = clmagic.opencl.devices.context_for(info, dev)
     out: dict[str, list[float]] = {k: [] for k in ("shown", "quiet", "noop", "lib", "bare")}
     prof = cProfile.Profile() if args.profile else None
     for name, src in _kernels():

@@ -135,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     dev = pick_device(args.device)
     ctx = cl.Context([dev])
     queue = cl.CommandQueue(ctx)
-    hook = sys.modules.get("clmagic.hook")
+    hook = sys.modules.get("clmagic.process.hook")
     hooked = hook is not None and hook.installed()
     import_all()
     timer = None if hooked else BuildTimer()

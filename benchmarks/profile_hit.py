@@ -33,14 +33,14 @@ def main() -> None:
     from corpus import pyopencl_kernels
 
     import clmagic
-    from clmagic import compiler as C
-    from clmagic import driver as D
-    from clmagic import prepare as P
+    from clmagic.trip import compiler as C
+    from clmagic.opencl import driver as D
+    from clmagic.key import prepare as P
     from clmagic.config import Settings
-    from clmagic.store import directory as SD
+    from clmagic.store.directory import store as SD
 
     info, dev = clmagic.resolve_device(args.device)
-    ctx, _ = clmagic.devices.context_for(info, dev)
+    ctx, _ = clmagic.opencl.devices.context_for(info, dev)
     steps: dict[str, list[float]] = collections.defaultdict(list)
     timing = [False]
 
@@ -72,7 +72,7 @@ def main() -> None:
             key = comp.build(k.source, k.options, info).record.key
             comp.flush()
             binary = comp.store.get(info.fingerprint, key).binary
-            opts = clmagic.options.parse_options(k.options).effective.encode()
+            opts = clmagic.key.options.parse_options(k.options).effective.encode()
             for _ in range(args.repeats):
                 t = time.perf_counter()
                 p = cl._cl._Program(ctx, [dev], [binary])

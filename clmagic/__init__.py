@@ -13,93 +13,52 @@ import sys
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, cast
 
-from ._version import __version__
+from clmagic._version import __version__
 
 if TYPE_CHECKING:
     from IPython.core.interactiveshell import InteractiveShell
 
-    from ._session import Using, get_compiler, reset, use
-    from .bundle import BundleReport, ImportReport, export_bundle, import_bundle
-    from .compiler import BuildResult, Compiler
-    from .config import Settings
-    from .devices import DeviceInfo, list_devices, resolve_device
-    from .entry import Entry, EntryMeta, Usage
-    from .errors import BuildError, ClmagicError, CorruptEntry, DeviceError, OptionsError
-    from .frames import cache_frame, history_frame
-    from .manage import CacheInfo, Removed, cache_info, clear_cache, stats
-    from .plot import plot_history
-    from .records import Outcome, Stats
-    from .store import DirectoryStore, LayeredStore, RedisStore, SQLiteStore, Store, open_store
-    from .widget import CacheWidget
+    from clmagic.process.session import Using, get_compiler, reset, use
+    from clmagic.cache.bundle import BundleReport, ImportReport, export_bundle, import_bundle
+    from clmagic.trip.compiler import BuildResult, Compiler
+    from clmagic.config import Settings
+    from clmagic.opencl.devices import DeviceInfo, list_devices, resolve_device
+    from clmagic.entry import Entry, EntryMeta, Usage
+    from clmagic.errors import BuildError, ClmagicError, CorruptEntry, DeviceError, OptionsError
+    from clmagic.show.frames import cache_frame, history_frame
+    from clmagic.cache.manage import CacheInfo, Removed, cache_info, clear_cache, stats
+    from clmagic.show.plot import plot_history
+    from clmagic.trip.records import Outcome, Stats
+    from clmagic.store import DirectoryStore, LayeredStore, RedisStore, SQLiteStore, Store, open_store
+    from clmagic.show.widget import CacheWidget
 
-__all__ = [
-    "build",
-    "install",
-    "uninstall",
-    "get_compiler",
-    "reset",
-    "use",
-    "Using",
-    "Compiler",
-    "BuildResult",
-    "Settings",
-    "DeviceInfo",
-    "list_devices",
-    "resolve_device",
-    "Entry",
-    "EntryMeta",
-    "Usage",
-    "Outcome",
-    "cache_frame",
-    "history_frame",
-    "stats",
-    "Stats",
-    "cache_info",
-    "CacheInfo",
-    "clear_cache",
-    "Removed",
-    "plot_history",
-    "CacheWidget",
-    "Store",
-    "DirectoryStore",
-    "SQLiteStore",
-    "RedisStore",
-    "LayeredStore",
-    "open_store",
-    "export_bundle",
-    "import_bundle",
-    "BundleReport",
-    "ImportReport",
-    "ClmagicError",
-    "BuildError",
-    "DeviceError",
-    "OptionsError",
-    "CorruptEntry",
-    "load_ipython_extension",
-    "unload_ipython_extension",
-]
-
-# Every name is loaded on first use, so ``import clmagic`` and ``%load_ext clmagic`` stay light:
-# the build path (pyopencl, hashing, the stores) is imported by the first build, pandas,
-# matplotlib, ipywidgets and sqlite3 only by what draws or stores with them.
+# The public names, each with the module that defines it: the one list (``__all__`` is drawn from
+# it, and ``tests/test_public.py`` checks the imports above, which are for the type checker only,
+# name the same modules). Every name is loaded on first use, so ``import clmagic`` and
+# ``%load_ext clmagic`` stay light: the build path (pyopencl, hashing, the stores) is imported by
+# the first build, pandas, matplotlib, ipywidgets and sqlite3 only by what draws or stores with them.
 _LAZY = {
-    **dict.fromkeys(("Using", "get_compiler", "reset", "use"), "_session"),
-    **dict.fromkeys(("BuildResult", "Compiler"), "compiler"),
+    **dict.fromkeys(("Using", "get_compiler", "reset", "use"), "process.session"),
+    **dict.fromkeys(("BuildResult", "Compiler"), "trip.compiler"),
     "Settings": "config",
-    **dict.fromkeys(("DeviceInfo", "list_devices", "resolve_device"), "devices"),
+    **dict.fromkeys(("DeviceInfo", "list_devices", "resolve_device"), "opencl.devices"),
     **dict.fromkeys(("Entry", "EntryMeta", "Usage"), "entry"),
     **dict.fromkeys(("BuildError", "ClmagicError", "CorruptEntry", "DeviceError",
                      "OptionsError"), "errors"),
-    **dict.fromkeys(("Outcome", "Stats"), "records"),
+    **dict.fromkeys(("Outcome", "Stats"), "trip.records"),
     **dict.fromkeys(("Store", "DirectoryStore", "SQLiteStore", "RedisStore", "LayeredStore",
                      "open_store"), "store"),
-    **dict.fromkeys(("cache_frame", "history_frame"), "frames"),
-    "plot_history": "plot",
-    "CacheWidget": "widget",
+    **dict.fromkeys(("cache_frame", "history_frame"), "show.frames"),
+    "plot_history": "show.plot",
+    "CacheWidget": "show.widget",
     **dict.fromkeys(("export_bundle", "import_bundle", "BundleReport", "ImportReport"),
-                    "bundle"),
-    **dict.fromkeys(("cache_info", "CacheInfo", "clear_cache", "Removed", "stats"), "manage"),
+                    "cache.bundle"),
+    **dict.fromkeys(("cache_info", "CacheInfo", "clear_cache", "Removed", "stats"),
+                    "cache.manage"),
 }
+#: the functions defined here
+_HERE = ("build", "install", "uninstall", "load_ipython_extension", "unload_ipython_extension")
+__all__ = [*_HERE, *_LAZY]
 
 
 def __getattr__(name: str) -> Any:
@@ -107,7 +66,7 @@ def __getattr__(name: str) -> Any:
 
     if name in _LAZY:
         value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
-    elif not name.startswith("__"):  # a submodule not imported yet: ``clmagic.devices``
+    elif not name.startswith("__"):  # a subpackage not imported yet: ``clmagic.opencl``
         try:
             value = importlib.import_module(f".{name}", __name__)
         except ModuleNotFoundError as exc:
@@ -127,32 +86,32 @@ def __dir__() -> list[str]:
 def build(source: str | bytes, options: str | Iterable[str] | None = None, device: object = None,
           **kwargs: Any) -> BuildResult:
     """Build OpenCL C ``source`` through the cache; see :meth:`Compiler.build`."""
-    from ._session import get_compiler
+    from clmagic.process.session import get_compiler
 
     return get_compiler().build(source, options, device, **kwargs)
 
 
 def install(compiler: Compiler | None = None) -> bool:
     """Build every ``pyopencl.Program(...).build()`` from source in this process through
-    clmagic's cache (``compiler``, else the process-wide one); see :mod:`clmagic.hook`.
+    clmagic's cache (``compiler``, else the process-wide one); see :mod:`clmagic.process.hook`.
     Returns ``False`` when it was already installed."""
-    from .hook import install as _install
+    from clmagic.process.hook import install as _install
 
-    from ._session import get_compiler
+    from clmagic.process.session import get_compiler
 
     return _install(compiler if compiler is not None else get_compiler)
 
 
 def uninstall() -> bool:
     """Give pyopencl its own ``Program.build`` back; ``False`` when nothing was installed."""
-    from .hook import uninstall as _uninstall
+    from clmagic.process.hook import uninstall as _uninstall
 
     return _uninstall()
 
 
 def load_ipython_extension(ip: InteractiveShell) -> None:
     """``%load_ext clmagic``: register the magics (configurable with ``%config CLMagics``)."""
-    from .magics import CLMagics
+    from clmagic.ipython.magics import CLMagics
 
     magics = CLMagics(shell=ip)
     ip.register_magics(magics)
@@ -167,7 +126,7 @@ def load_ipython_extension(ip: InteractiveShell) -> None:
 
 
 def _flush_before_cell(info: object = None) -> None:
-    saving = sys.modules.get(f"{__name__}.saving")  # nothing to wait for before a first build
+    saving = sys.modules.get(f"{__name__}.trip.background")  # nothing to wait for before a first build
     if saving is not None:
         saving.flush_all()
 

@@ -1,5 +1,5 @@
 """``python -m clmagic``: the command line."""
 
-from .cli import main
+from clmagic.cli.main import main
 
 raise SystemExit(main())

@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import OptionsError
+from clmagic.errors import OptionsError
 
 __all__ = ["Settings", "default_cache_dir", "warn", "warn_once", "reset_warnings",
            "REDIS_SCHEMES", "SQLITE_SUFFIXES", "held_warnings", "parse_size", "parse_age",

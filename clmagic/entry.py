@@ -31,7 +31,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import IO, Any
 
-from .errors import CorruptEntry
+from clmagic.errors import CorruptEntry
 
 __all__ = ["Entry", "EntryMeta", "Usage", "sane_time", "MAX_TIME", "FORMAT_VERSION", "MAGIC",
            "canonical", "seal", "signed",
@@ -80,7 +80,7 @@ class EntryMeta:
     device_version: str = _f(default="")
     platform_version: str = _f(default="")
     headers: tuple[str, ...] = _f(default=())
-    #: the key of the source's code alone (:func:`clmagic.key.code_key`), "" when it has none
+    #: the key of the source's code alone (:func:`clmagic.key.digest.code_key`), "" when it has none
     code_key: str = _f(default="", omit=True)
     #: the key of the entry whose binary this one reuses (a REKEYED save), else ""; its build
     #: log's line numbers are that source's

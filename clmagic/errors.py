@@ -28,7 +28,7 @@ class BuildError(ClmagicError):
     """The driver refused to build the source; carries the driver's build log."""
 
     def __init__(self, log: str, *, options: str, device: str, line_offset: int = 0):
-        from .report import map_log_lines  # not at import: the magics' errors need none of it
+        from clmagic.show.line import map_log_lines  # not at import: the magics' errors need none of it
 
         self.raw_log = log
         self.log = map_log_lines(log.strip(), line_offset) or "(the driver gave no build log)"

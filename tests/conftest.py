@@ -170,7 +170,7 @@ def ipshell():
 @pytest.fixture
 def shell(ipshell, compiler):
     """The shell with clmagic's magics bound to this test's compiler and a clean namespace."""
-    from clmagic.magics import CLMagics
+    from clmagic.ipython.magics import CLMagics
 
     ipshell.reset(new_session=False)
     ipshell.register_magics(CLMagics(shell=ipshell, compiler=compiler))

@@ -138,7 +138,7 @@ def _killed_writer(folder: Path, name: str, data: bytes) -> None:
     does, writes half the entry, and is SIGKILLed before the rename."""
     code = (
         "import os, signal, sys\n"
-        "from clmagic.store.directory_files import TMP\n"
+        "from clmagic.store.directory.files import TMP\n"
         "folder, name, n = sys.argv[1], sys.argv[2], int(sys.argv[3])\n"
         "tmp = os.path.join(folder, f'{name}{TMP}{os.getpid()}.0badc0de')\n"
         "fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)\n"
@@ -212,7 +212,7 @@ class SQLiteFactory(StoreFactory):
         return self.reopen(location), location
 
     def raw(self, store: Store, fp: str, key: str) -> bytes | None:
-        from clmagic.store.sqlite_sql import SQL_GET, row_meta
+        from clmagic.store.sqlite.sql import SQL_GET, row_meta
 
         with sqlite3.connect(store.location) as db:
             row = db.execute(SQL_GET, (1, fp, key)).fetchone()
@@ -225,7 +225,7 @@ class SQLiteFactory(StoreFactory):
         entry = _parse_or_damage(data)
         with sqlite3.connect(store.location) as db:
             if entry is not None:
-                from clmagic.store.sqlite_sql import SQL_PUT, entry_row
+                from clmagic.store.sqlite.sql import SQL_PUT, entry_row
 
                 db.execute(SQL_PUT, entry_row(entry))
             else:

@@ -14,8 +14,8 @@ from conftest import SAXPY, last_json, run_child
 import clmagic
 from clmagic.config import Settings
 from clmagic.entry import FORMAT_VERSION, MAGIC, decode
-from clmagic.key import cache_key
-from clmagic.options import parse_options
+from clmagic.key.digest import cache_key
+from clmagic.key.options import parse_options
 
 CHILD = """
 import json, os, numpy as np, pyopencl as cl, clmagic
@@ -237,14 +237,14 @@ def test_device_specs(pocl, oclgrind):
 
 
 def test_default_device_prefers_a_real_driver_over_the_simulator():
-    from clmagic.devices import default_device
+    from clmagic.opencl.devices import default_device
 
     assert default_device()[0].type in ("GPU", "CPU")
     assert "oclgrind" in default_device("oclgrind")[0].platform_name.lower()
 
 
 def test_library_and_magic_share_a_key_despite_trailing_whitespace(compiler, ipshell):
-    from clmagic.magics import CLMagics
+    from clmagic.ipython.magics import CLMagics
 
     spaced = SAXPY.replace("{\n", "{   \n").replace("\n\n", "\n    \n") + "\n\n"
     built = compiler.build(spaced)
@@ -282,7 +282,7 @@ def test_option_splitting_fast_path_agrees_with_shlex():
     import shlex
     import string
 
-    from clmagic.options import _split
+    from clmagic.key.options import _split
 
     rng = random.Random(7)
     alphabet = string.printable + "\xa0\x1c\x0b"
@@ -307,7 +307,7 @@ def test_options_as_a_generator_and_a_bytearray_source(compiler):
 
 def test_includes_past_what_a_key_covers_build_without_the_cache(compiler, tmp_path,
                                                                   monkeypatch, capsys):
-    import clmagic.includes as inc
+    import clmagic.key.includes as inc
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "big.h").write_text("#define BIG 1\n" + "// padding\n" * 200)

@@ -10,7 +10,7 @@ from conftest import SAXPY, last_json, run_child
 from stores import synthetic
 
 import clmagic
-from clmagic import bundle as bundle_mod
+from clmagic.cache import bundle as bundle_mod
 from clmagic.config import Settings
 from clmagic.errors import ClmagicError
 from clmagic.store import DirectoryStore, open_store
@@ -138,7 +138,7 @@ def test_clcache_export_and_import_through_the_magic(ipshell, tmp_path, pocl):
 
     from clmagic import Compiler
     from clmagic.config import Settings
-    from clmagic.magics import CLMagics
+    from clmagic.ipython.magics import CLMagics
 
     def use(cache):
         s = Settings.from_env({"CLMAGIC_CACHE_DIR": str(cache), "CLMAGIC_DEVICE": pocl})

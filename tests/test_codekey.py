@@ -1,4 +1,4 @@
-"""The code key (clmagic.codekey): equal only where comments and spacing are all that differ,
+"""The code key (clmagic.key.code): equal only where comments and spacing are all that differ,
 absent wherever they could reach the program. Checked against the real preprocessor (GCC's
 cpp) and the real compiler (POCL) as well as by itself."""
 
@@ -14,9 +14,9 @@ import numpy as np
 import pyopencl as cl
 import pytest
 
-from clmagic.codekey import _TOKEN, code_form, header_refusal, option_refusal
-from clmagic.devices import DeviceInfo
-from clmagic.key import cache_key, code_key
+from clmagic.key.code import _TOKEN, code_form, header_refusal, option_refusal
+from clmagic.opencl.devices import DeviceInfo
+from clmagic.key.digest import cache_key, code_key
 
 DEV = DeviceInfo(0, 0, "Some platform", "dev", "driver 1", "OpenCL C 1.2", "OpenCL 3.0", "CPU",
                  "f" * 16)

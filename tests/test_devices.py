@@ -15,7 +15,7 @@ import pytest
 from conftest import ROOT, SAXPY
 
 import clmagic
-from clmagic import devices
+from clmagic.opencl import devices
 
 BROKEN = "-fclmagic-test-bogus"  # an option no compiler knows
 
@@ -44,7 +44,7 @@ def _cli(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
 
 LIST = """
 import json, clmagic
-from clmagic import devices
+from clmagic.opencl import devices
 listed = clmagic.list_devices()
 probed_by_listing = len(devices._verdicts)
 try:

@@ -12,7 +12,7 @@ import pytest
 from conftest import child_env
 from IPython.utils.capture import capture_output
 
-from clmagic.report import fmt_ms
+from clmagic.show.line import fmt_ms
 
 WARNS = """\
 __kernel void w(__global int *a)
@@ -38,7 +38,7 @@ def test_a_warning_is_counted_on_the_line_and_shown_with_cell_lines(shell, pocl)
 
 CHATTY = f"""
 import json, os, clmagic
-from clmagic import driver
+from clmagic.opencl import driver
 r = clmagic.build({WARNS!r})
 with driver.quiet_driver():
     os.write(2, b"1 warning generated.\\n")
@@ -72,7 +72,7 @@ def test_a_build_that_moves_cl_ctx_to_another_device_says_so(shell, pocl, oclgri
 
 
 def test_the_line_says_where_a_trip_spent_its_time(compiler, oclgrind):
-    from clmagic import devices
+    from clmagic.opencl import devices
 
     devices.forget_contexts()  # a fresh kernel: the device's first use
     source = "__kernel void f(__global float *y) { y[0] = 3.0f; }\n"
@@ -126,8 +126,8 @@ def test_the_published_line_is_what_display_of_the_result_shows(shell, compiler,
                                                                   pocl, outcome):
     """The magic publishes the line itself, made once (no formatter asked): the same text and
     HTML as ``display(result)`` makes through IPython's formatters."""
-    from clmagic.compiler import Compiler
-    from clmagic.report import result_bundle
+    from clmagic.trip.compiler import Compiler
+    from clmagic.show.line import result_bundle
 
     source = WARNS if outcome == "warning" else SHOWN
     r = compiler.build(source, "-O2", pocl, line_offset=1, use_cache=outcome != "BYPASS")
@@ -141,7 +141,7 @@ def test_the_published_line_is_what_display_of_the_result_shows(shell, compiler,
 
 
 def test_a_formatter_registered_for_build_results_is_used_under_the_cell(shell, pocl):
-    from clmagic.results import BuildResult
+    from clmagic.trip.results import BuildResult
 
     html = shell.display_formatter.formatters["text/html"]
     html.for_type(BuildResult, lambda r: f"<b>mine {r.outcome}</b>")

@@ -15,10 +15,10 @@ from conftest import SAXPY, child_env
 from stores import BACKENDS, FP, RedisFactory, synthetic
 
 import clmagic
-from clmagic import manage
+from clmagic.cache import manage
 from clmagic.config import Settings
 from clmagic.errors import CorruptEntry, OptionsError
-from clmagic.lifetime import EVICT
+from clmagic.store.lifetime import EVICT
 from clmagic.store import LayeredStore, open_store
 from clmagic.store.base import FILL
 

@@ -10,7 +10,8 @@ from conftest import SAXPY
 from IPython.utils.capture import capture_output
 
 import clmagic
-from clmagic import Compiler, Outcome, Settings, _session
+from clmagic import Compiler, Outcome, Settings
+from clmagic.process import session as _session
 from clmagic.store import DirectoryStore
 
 BROKEN = "__kernel void broken(__global int *a) { a[0] = undefined_name; }\n"
@@ -30,7 +31,7 @@ def process_env(monkeypatch, tmp_path, pocl):
 @pytest.fixture
 def magic_shell(ipshell, process_env):
     """The shell with clmagic's magics on the process-wide compiler (as %load_ext does)."""
-    from clmagic.magics import CLMagics
+    from clmagic.ipython.magics import CLMagics
 
     ipshell.reset(new_session=False)
     ipshell.register_magics(CLMagics(shell=ipshell))
@@ -193,7 +194,7 @@ def test_a_refused_build_is_recorded_as_failed_with_its_first_error(compiler, ca
 
 
 def test_every_outcome_word_is_the_same_everywhere():
-    from clmagic.report import COLOURS
+    from clmagic.show.line import COLOURS
 
     assert Outcome.ALL == ("MISS", "HIT", "MEMORY", "REKEYED", "CORRUPT", "BYPASS", "FAILED")
     assert set(COLOURS) == set(Outcome.ALL)

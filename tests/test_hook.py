@@ -14,9 +14,9 @@ import pytest
 from conftest import ROOT, SAXPY, child_env, last_json, run_child
 
 import clmagic
-from clmagic import hook
-from clmagic.manage import entry_origin
-from clmagic.records import Outcome
+from clmagic.process import hook
+from clmagic.cache.manage import entry_origin
+from clmagic.trip.records import Outcome
 
 WORKLOAD = ROOT / "benchmarks" / "hook_workload.py"
 ORIGINAL_BUILD = cl.Program.__dict__["build"]
@@ -308,8 +308,8 @@ def test_a_workload_misses_then_hits_everything_in_a_second_process(pocl, cache_
 
 def test_clmagic_run_passes_arguments_and_exit_status(tmp_path, cache_dir):
     script = tmp_path / "script.py"
-    script.write_text("import sys, clmagic.hook\n"
-                      "print(sys.argv[1:], clmagic.hook.installed())\nsys.exit(3)\n")
+    script.write_text("import sys, clmagic.process.hook\n"
+                      "print(sys.argv[1:], clmagic.process.hook.installed())\nsys.exit(3)\n")
     proc = subprocess.run([sys.executable, "-m", "clmagic", "run", str(script), "a", "--b"],
                           env=child_env(CLMAGIC_CACHE_DIR=str(cache_dir)), capture_output=True,
                           text=True, timeout=120)
@@ -355,7 +355,7 @@ def test_library_install_uses_the_process_compiler(tmp_path, pocl):
 
 
 def test_the_widget_filters_by_origin(hooked, pocl):
-    from clmagic.widget import CacheWidget
+    from clmagic.show.widget import CacheWidget
 
     hooked.build(SAXPY, device=pocl)  # a cell's entry
     panel = CacheWidget(hooked, plot=False)

@@ -10,7 +10,7 @@ import pytest
 from conftest import kernel_value
 
 from clmagic import Compiler, Outcome
-from clmagic.includes import find_headers, includes_of
+from clmagic.key.includes import find_headers, includes_of
 
 MAIN = '#include "params.h"\n__kernel void k(__global int *a) { a[get_global_id(0)] = VAL; }\n'
 

@@ -108,5 +108,5 @@ def test_the_cycle_finder_finds_cycles(deps, expected):
 
 def test_the_walker_sees_lazy_imports_and_skips_type_checking(tmp_path):
     g = graph()
-    assert "clmagic.frames" in g["clmagic.clcache"]  # imported inside a function
-    assert "clmagic.compiler" not in g["clmagic.report"]  # under TYPE_CHECKING only
+    assert "clmagic.show.frames" in g["clmagic.ipython.clcache"]  # imported inside a function
+    assert "clmagic.trip.compiler" not in g["clmagic.show.line"]  # under TYPE_CHECKING only

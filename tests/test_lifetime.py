@@ -13,15 +13,15 @@ import pytest
 from conftest import SAXPY, child_env, last_json, run_child
 
 import clmagic
-from clmagic import manage
+from clmagic.cache import manage
 from clmagic.config import Settings
-from clmagic.lifetime import SLOT, Counters
+from clmagic.store.lifetime import SLOT, Counters
 
 FP = "0123456789abcdef"
 
 COUNTER = """
 import os, sys
-from clmagic.lifetime import Counters
+from clmagic.store.lifetime import Counters
 c = Counters(sys.argv[1])
 for i in range(int(sys.argv[2])):
     c.add("0123456789abcdef", "HIT", 1, 2.5)
@@ -142,7 +142,7 @@ def test_memory_only_keeps_no_lifetime_statistics(pocl):
 
 def test_new_outcomes_are_counted_and_shown_generically(tmp_path):
     """Statistics are generic over outcomes: one this code does not know shows under its name."""
-    from clmagic.records import Stats, tally_of
+    from clmagic.trip.records import Stats, tally_of
 
     c = Counters(tmp_path / "stats")
     c.add(FP, "REKEYED", 2, 5.0)
@@ -169,7 +169,7 @@ def test_counts_written_later_are_one_flush_and_never_lost(tmp_path):
     assert Counters(tmp_path / "stats").lifetime()[(FP, "HIT")] == [5, 10.0]
     c.add(FP, "HIT", later=asked.append)  # a new batch asks again; our own reader flushes
     assert len(asked) == 2 and c.lifetime()[(FP, "HIT")] == [6, 10.0]
-    code = ("import sys\nfrom clmagic.lifetime import Counters\nfrom clmagic.saving import Saver\n"
+    code = ("import sys\nfrom clmagic.store.lifetime import Counters\nfrom clmagic.trip.background import Saver\n"
             "s = Saver()\nc = Counters(sys.argv[1])\n"
             "for _ in range(50):\n    c.add('0123456789abcdef', 'HIT', later=lambda job: "
             "s.submit(None, job))\n")

@@ -30,8 +30,8 @@ def outcome_line(cap) -> str:
 HEAVY = ("pandas", "ipywidgets", "matplotlib", "tqdm", "sqlite3", "_sqlite3", "redis", "pyopencl",
          "numpy", "hashlib", "_hashlib", "difflib", "pytools")
 #: the clmagic modules registering the magics needs (nothing else of clmagic)
-AT_LOAD = ["clmagic", "clmagic._version", "clmagic.errors", "clmagic.magic_line",
-           "clmagic.magics"]
+AT_LOAD = ["clmagic", "clmagic._version", "clmagic.errors", "clmagic.ipython.line",
+           "clmagic.ipython.magics"]
 
 
 @pytest.mark.parametrize("store", ["folder", "cache.db", "redis://127.0.0.1:9/0"])
@@ -91,7 +91,7 @@ def test_opts_as_written_miss_then_memory_and_kernels_bound(shell):
 
 def test_disk_hit_in_a_new_compiler_shows_original_build_time(shell, compiler, settings):
     import clmagic
-    from clmagic.magics import CLMagics
+    from clmagic.ipython.magics import CLMagics
 
     run(shell, "")
     shell.register_magics(CLMagics(shell=shell, compiler=clmagic.Compiler(settings)))

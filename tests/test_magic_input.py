@@ -97,8 +97,8 @@ def test_a_cell_without_kernels_compiles_and_says_so(shell, compiler, cache_dir)
 
 
 def test_the_clcache_parser_lists_exactly_the_subcommands_the_table_runs():
-    from clmagic.clcache import CLCACHE
-    from clmagic.magics import CLCACHE_COMMANDS, CLMagics
+    from clmagic.ipython.clcache import CLCACHE
+    from clmagic.ipython.magics import CLCACHE_COMMANDS, CLMagics
 
     assert CLCACHE_COMMANDS == tuple(name for name in CLCACHE if name)
     choices = {a.dest: a.choices for a in CLMagics.clcache.parser._actions}["command"]
@@ -109,8 +109,8 @@ def test_the_clcache_parser_lists_exactly_the_subcommands_the_table_runs():
 def test_a_line_read_again_gives_the_same_fresh_arguments(line):
     """A re-run cell's line is read once: the arguments it gets again are equal and a copy
     (changing one changes nothing of the next)."""
-    from clmagic.magic_line import parse_line, split_opts
-    from clmagic.magics import CLMagics
+    from clmagic.ipython.line import parse_line, split_opts
+    from clmagic.ipython.magics import CLMagics
 
     rest, _ = split_opts(line)
     first = parse_line(CLMagics.clkernel, rest)

@@ -19,13 +19,13 @@ from stores import FP, synthetic
 from test_faults import SRC, check
 
 from clmagic import Compiler, ClmagicError
-from clmagic.bundle import export_bundle, import_bundle
+from clmagic.cache.bundle import export_bundle, import_bundle
 from clmagic.config import Settings
 from clmagic.entry import Entry
-from clmagic.frames import cache_frame
-from clmagic.manage import select_entries
+from clmagic.show.frames import cache_frame
+from clmagic.cache.manage import select_entries
 from clmagic.store import DirectoryStore, open_store
-from clmagic.store.directory_files import STALE_TMP_S, TMP
+from clmagic.store.directory.files import STALE_TMP_S, TMP
 
 
 @pytest.fixture(autouse=True)
@@ -144,7 +144,7 @@ BAD_TIMES = [1e300, -1e300, -5.0, float("nan"), 10_413_792_000.0]  # the last: y
 
 def _views_work(store, compiler=None) -> None:
     """Every view of the entries: the DataFrame, the widget's rows, a clear by age."""
-    from clmagic.report_cache import entry_line as _row
+    from clmagic.show.cache import entry_line as _row
 
     frame = cache_frame(store=store, compiler=compiler)
     assert len(frame) >= 1

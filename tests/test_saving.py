@@ -1,4 +1,4 @@
-"""A MISS's binary readout and save run in the background (clmagic/saving.py): nothing is lost
+"""A MISS's binary readout and save run in the background (clmagic/trip/background.py): nothing is lost
 (the save completes before the same key is looked up again, before the store is read, before a
 normal exit), a dying process leaves no half-written entry, the GIL-free readout gives the
 driver's own binary, and the source fast path normalises exactly as the split does."""
@@ -18,10 +18,10 @@ import pyopencl as cl
 from conftest import SAXPY, child_env, last_json, run_child
 
 import clmagic
-from clmagic import driver
-from clmagic.records import Outcome
-from clmagic.saving import Saver
-from clmagic.source import _cut_some_lines, _strip_every_line, normalise_source
+from clmagic.opencl import driver
+from clmagic.trip.records import Outcome
+from clmagic.trip.background import Saver
+from clmagic.key.source import _cut_some_lines, _strip_every_line, normalise_source
 from clmagic.store import DirectoryStore
 
 
@@ -148,7 +148,7 @@ def test_on_pocl_a_helper_process_reads_the_binary_out_so_the_first_launch_does_
     user's program is never read out; the entry saved is the same program (a HIT computes the
     same values); a source that reads a header is read in-process, a helper that died is
     started again."""
-    from clmagic import readout
+    from clmagic.opencl import readout
 
     monkeypatch.delenv("CLMAGIC_READOUT_HELPER", raising=False)  # the default: on
     assert not readout.needs_helper("Intel(R) OpenCL") and readout.needs_helper(

@@ -11,7 +11,8 @@ import pytest
 from conftest import SAXPY, child_env
 from IPython.utils.capture import capture_output
 
-from clmagic import Compiler, Outcome, manage
+from clmagic import Compiler, Outcome
+from clmagic.cache import manage
 from clmagic.config import Settings, redact
 
 SECRET = "s3cr3t-pw"

@@ -20,10 +20,10 @@ from stores import FP, FP2, synthetic
 from test_faults import SRC, check
 
 from clmagic import ClmagicError, Compiler
-from clmagic.bundle import export_bundle, import_bundle
+from clmagic.cache.bundle import export_bundle, import_bundle
 from clmagic.config import Settings
 from clmagic.entry import FORMAT_VERSION, HEADER, MAGIC, Entry, seal
-from clmagic.manage import clear_cache
+from clmagic.cache.manage import clear_cache
 from clmagic.store import LayeredStore, open_store
 
 
@@ -61,7 +61,7 @@ def test_a_shared_store_alone_is_cleared_only_when_asked(tmp_path, redis_server)
 
 
 def test_clcache_clear_remote_is_the_way_to_ask(tmp_path, redis_server, ipshell):
-    from clmagic.magics import CLMagics
+    from clmagic.ipython.magics import CLMagics
 
     c = _layered(tmp_path, redis_server)
     c.store.put_many([synthetic(1), synthetic(2)])
@@ -226,7 +226,7 @@ def test_a_signed_bundle_imports_and_an_unsigned_one_is_refused_with_a_secret(tm
 
 
 def test_the_secret_is_never_shown(tmp_path, pocl, capsys):
-    from clmagic.manage import cache_info
+    from clmagic.cache.manage import cache_info
 
     c, _, _ = _two(tmp_path, pocl, str(tmp_path / "c.db"), **SECRET)
     shown = str(cache_info(c)) + cache_info(c)._repr_html_() + repr(c.settings)
@@ -238,7 +238,7 @@ def test_the_secret_is_never_shown(tmp_path, pocl, capsys):
 
 CHILD_IMPORT = inspect.getsource(check) + """
 import json, os, sys, clmagic
-from clmagic.bundle import import_bundle
+from clmagic.cache.bundle import import_bundle
 c = clmagic.Compiler()
 if os.environ.get("BUNDLE"):
     report = import_bundle(os.environ["BUNDLE"], store=c.store)
@@ -250,7 +250,7 @@ print(json.dumps({"outcome": r.outcome, "correct": check(r), "note": r.note,
 
 LOAD_DIRECTLY = """
 import os, sys, pyopencl as cl
-from clmagic import devices, driver
+from clmagic.opencl import devices, driver
 _, dev = devices.resolve_device(os.environ["FP"])
 driver.from_binaries(cl.Context([dev]), [dev], [sys.stdin.buffer.read()], "")
 print("loaded")

@@ -17,7 +17,7 @@ from stores import FP, synthetic
 from clmagic.entry import MAX_META, check_binary, check_meta
 from clmagic.errors import CorruptEntry
 from clmagic.store import RedisStore, SQLiteStore, open_store
-from clmagic.store import sqlite as sqlite_mod
+from clmagic.store.sqlite import store as sqlite_mod
 
 BIG = 1 << 20  # a binary of 256 SQLite pages: a hit that rewrote it would show in the WAL
 

@@ -15,7 +15,7 @@ import clmagic
 from clmagic.config import Settings
 from clmagic.entry import HEADER
 from clmagic.errors import CorruptEntry
-from clmagic.frames import CACHE_COLUMNS, HISTORY_COLUMNS
+from clmagic.show.frames import CACHE_COLUMNS, HISTORY_COLUMNS
 
 OTHER = "__kernel void twice(__global float *y) { y[get_global_id(0)] *= 2.0f; }\n"
 
@@ -195,7 +195,7 @@ def test_plot_history_draws_one_bar_per_trip(compiler, oclgrind):
     matplotlib.use("Agg")
     from matplotlib.figure import Figure
 
-    from clmagic.report import COLOURS
+    from clmagic.show.line import COLOURS
 
     compiler.build(OTHER, device=oclgrind)
     compiler.build(OTHER, device=oclgrind)

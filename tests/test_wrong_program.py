@@ -24,8 +24,8 @@ from conftest import last_json, run_child
 
 from clmagic import Compiler, Outcome
 from clmagic.config import Settings
-from clmagic.includes import Unkeyable, find_headers, option_inputs
-from clmagic.options import parse_options
+from clmagic.key.includes import Unkeyable, find_headers, option_inputs
+from clmagic.key.options import parse_options
 
 K = "\n__kernel void k(__global int *a) { a[0] = (int)(VAL); }\n"
 
@@ -369,7 +369,7 @@ def test_find_headers_follows_forced_includes_recursively(tmp_path):
 def test_every_directive_that_names_a_file_is_scanned():
     """Forms the drivers here do not build (``#embed`` is C23) are covered all the same;
     ``#line`` names no file it reads; ``defined(__has_include)`` is no computed include."""
-    from clmagic.includes import includes_of
+    from clmagic.key.includes import includes_of
 
     text = ('#embed "e.bin" limit(4)\n#if __has_embed("f.bin") && __has_include_next(<g.h>)\n'
             '#endif\n#line 7 "not-read.h"\n#if defined(__has_include)\n#endif\n'
@@ -400,7 +400,7 @@ def test_the_quick_include_check_agrees_with_the_full_scan():
     a name or a computed include, the quick check says the source may name one."""
     import random
 
-    from clmagic.includes import _names_nothing, _scan_all
+    from clmagic.key.includes import _names_nothing, _scan_all
 
     pieces = ["#", "%:", "??=", "inc", "lude", "include", "_next", "import", "emb", "ed",
               "__has_", "(", ")", '"p.h"', "<p.h>", "\\\n", "\\ \n", "\\\r\n", "??/\n", "??/",

@@ -8,22 +8,22 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from ..config import REDIS_SCHEMES
-from ..config import SQLITE_SUFFIXES as SUFFIXES
-from .base import Store
-from .directory import DirectoryStore
+from clmagic.config import REDIS_SCHEMES
+from clmagic.config import SQLITE_SUFFIXES as SUFFIXES
+from clmagic.store.base import Store
+from clmagic.store.directory.store import DirectoryStore
 
 if TYPE_CHECKING:
-    from ..config import Settings
-    from .layered import LayeredStore
-    from .redis import RedisStore
-    from .sqlite import SQLiteStore
+    from clmagic.config import Settings
+    from clmagic.store.layered import LayeredStore
+    from clmagic.store.redis import RedisStore
+    from clmagic.store.sqlite.store import SQLiteStore
 
 __all__ = ["Store", "DirectoryStore", "SQLiteStore", "LayeredStore", "RedisStore", "open_store",
            "store_for", "SUFFIXES"]
 
 # backends other than the directory are imported when first used (sqlite3, redis cost start-up)
-_LAZY = {"SQLiteStore": "sqlite", "RedisStore": "redis", "LayeredStore": "layered"}
+_LAZY = {"SQLiteStore": "sqlite.store", "RedisStore": "redis", "LayeredStore": "layered"}
 
 
 def __getattr__(name: str) -> Any:
@@ -45,12 +45,12 @@ def open_store(location: str | None, ttl: int | None = None, trust: bool = False
     if location is None:
         return None
     if location.startswith(REDIS_SCHEMES):
-        from .redis import RedisStore
+        from clmagic.store.redis import RedisStore
 
         return RedisStore.open(location, ttl=ttl)
     store: Store | None
     if location.lower().endswith(SUFFIXES):
-        from .sqlite import SQLiteStore
+        from clmagic.store.sqlite.store import SQLiteStore
 
         store = SQLiteStore.open(location, trust=trust)
     else:
@@ -71,6 +71,6 @@ def store_for(settings: Settings) -> Store | None:
             store.secret = settings.secret
     if local is None or remote is None:
         return local or remote
-    from .layered import LayeredStore
+    from clmagic.store.layered import LayeredStore
 
     return LayeredStore(local, remote)

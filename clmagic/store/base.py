@@ -17,10 +17,10 @@ from pathlib import Path
 from types import TracebackType
 from typing import NamedTuple
 
-from ..config import warn_once
-from ..entry import Entry, seal, signed
-from ..errors import CorruptEntry
-from ..lifetime import EVICT, Counters, counters_for
+from clmagic.config import warn_once
+from clmagic.entry import Entry, seal, signed
+from clmagic.errors import CorruptEntry
+from clmagic.store.lifetime import EVICT, Counters, counters_for
 
 __all__ = ["Store", "Unsigned", "is_hex", "valid_name", "Use", "FILL"]
 
@@ -233,7 +233,7 @@ class Store(ABC):
 
     @property
     def counters(self) -> Counters:
-        """The lifetime counters of this store (see :mod:`clmagic.lifetime`); a store that
+        """The lifetime counters of this store (see :mod:`clmagic.store.lifetime`); a store that
         cannot be written counts this session only (a read-only cache is left as it is)."""
         if not self.writable:
             if self._read_only_counters is None:
@@ -281,7 +281,7 @@ class Store(ABC):
         when it cannot: the store is left as it is)."""
         if not self.max_size or size <= self.max_size:
             return True
-        from ..report import fmt_bytes
+        from clmagic.show.line import fmt_bytes
 
         self._reason = (f"the entry ({fmt_bytes(size)}) is larger than the cache's size limit "
                         f"({fmt_bytes(self.max_size)})")

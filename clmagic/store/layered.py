@@ -11,11 +11,11 @@ import dataclasses
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from ..config import warn_once
-from ..entry import Entry
-from ..errors import CorruptEntry
-from ..lifetime import Counters
-from .base import Store, Use
+from clmagic.config import warn_once
+from clmagic.entry import Entry
+from clmagic.errors import CorruptEntry
+from clmagic.store.lifetime import Counters
+from clmagic.store.base import Store, Use
 
 __all__ = ["LayeredStore"]
 

@@ -16,10 +16,10 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar
 
-from ..config import REDIS_SCHEMES, redact, warn_once
-from ..entry import FORMAT_VERSION, Entry, Usage, parse_json, verified
-from ..errors import CorruptEntry
-from .base import Store, valid_name
+from clmagic.config import REDIS_SCHEMES, redact, warn_once
+from clmagic.entry import FORMAT_VERSION, Entry, Usage, parse_json, verified
+from clmagic.errors import CorruptEntry
+from clmagic.store.base import Store, valid_name
 
 __all__ = ["RedisStore", "SCHEMES"]
 

@@ -1,0 +1,143 @@
+"""``%clcache``'s subcommands: what each runs on the library (:mod:`clmagic.cache.manage`, frames,
+the widget, bundles, the session's store), which arguments it takes, and the one line that
+answers a misuse. Loaded by the first ``%clcache``; each subcommand imports what it runs."""
+
+from __future__ import annotations
+
+from argparse import Namespace
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from clmagic.errors import OptionsError
+
+if TYPE_CHECKING:
+    from clmagic.trip.compiler import Compiler
+    from clmagic.ipython.magics import CLMagics
+    from clmagic.store import Store
+
+__all__ = ["CLCACHE", "Subcommand", "run_clcache"]
+
+
+def _store_of(compiler: Compiler) -> Store:
+    if compiler.store is None:
+        raise OptionsError("the cache is off (memory only): set CLMAGIC_CACHE_DIR first")
+    return compiler.store
+
+
+def _frame(m: CLMagics, a: Namespace) -> object:
+    from clmagic.show.frames import cache_frame
+
+    return cache_frame(a.device, compiler=m.compiler, origin=a.origin)
+
+
+def _stats(m: CLMagics, a: Namespace) -> object:
+    from clmagic.cache import manage
+
+    if a.zero:
+        manage.zero_stats(m.compiler)
+    return manage.stats(m.compiler, origin=a.origin)
+
+
+def _history(m: CLMagics, a: Namespace) -> object:
+    from clmagic.show.frames import history_frame
+
+    return history_frame(compiler=m.compiler, origin=a.origin)
+
+
+def _info(m: CLMagics, a: Namespace) -> object:
+    from clmagic.cache.manage import cache_info
+
+    return cache_info(m.compiler)
+
+
+def _clear(m: CLMagics, a: Namespace) -> object:
+    from clmagic.cache.manage import clear_cache
+
+    return clear_cache(a.device, a.older_than, a.keys, m.compiler, remote=a.remote,
+                       origin=a.origin)
+
+
+def _widget(m: CLMagics, a: Namespace) -> object:
+    from clmagic.show.widget import CacheWidget
+
+    return CacheWidget(m.compiler)
+
+
+def _export(m: CLMagics, a: Namespace) -> object:
+    from clmagic.cache.bundle import export_bundle
+
+    return export_bundle(a.keys[0], device=a.device, store=_store_of(m.compiler))
+
+
+def _import(m: CLMagics, a: Namespace) -> object:
+    from clmagic.cache.bundle import import_bundle
+
+    return import_bundle(a.keys[0], store=_store_of(m.compiler))
+
+
+def _use(m: CLMagics, a: Namespace) -> object:
+    from clmagic.process.session import use
+
+    return use(a.keys[0], compiler=m.compiler)
+
+
+def _install(m: CLMagics, on: bool) -> None:
+    """``%clcache install`` / ``uninstall``: every pyopencl program through the cache."""
+    m.cache_every_program = on
+    print("every pyopencl program built from source now goes through clmagic's cache "
+          "(%clcache uninstall to stop)" if on else
+          "pyopencl builds its programs its own way again")
+
+
+@dataclass(frozen=True)
+class Subcommand:
+    """One ``%clcache`` subcommand: what it runs, which arguments it takes (``keys``,
+    ``older_than``, ``device``, ``origin``), whether ``keys`` is one PATH, and the one line that
+    answers a misuse (when empty: which subcommands take the argument given)."""
+
+    run: Callable[[CLMagics, Namespace], object]
+    takes: frozenset[str] = frozenset()
+    misuse: str = ""
+    needs_path: bool = False
+
+
+#: ``%clcache`` subcommands (``None``: no subcommand, the entries as a DataFrame)
+CLCACHE: dict[str | None, Subcommand] = {
+    None: Subcommand(_frame, frozenset({"device", "origin"})),
+    "stats": Subcommand(_stats, frozenset({"zero", "origin"})),
+    "history": Subcommand(_history, frozenset({"origin"})),
+    "info": Subcommand(_info),
+    "clear": Subcommand(_clear, frozenset({"keys", "older_than", "device", "remote", "origin"})),
+    "widget": Subcommand(_widget),
+    "export": Subcommand(_export, frozenset({"keys", "device"}),
+                         "usage: %clcache export PATH [--device SPEC]", needs_path=True),
+    "import": Subcommand(_import, frozenset({"keys"}), "usage: %clcache import PATH",
+                         needs_path=True),
+    "install": Subcommand(lambda m, a: _install(m, True),
+                          misuse="%clcache install takes no arguments"),
+    "uninstall": Subcommand(lambda m, a: _install(m, False),
+                            misuse="%clcache uninstall takes no arguments"),
+    "use": Subcommand(_use, frozenset({"keys"}), "usage: %clcache use PATH (a folder, a .db "
+                      "file, a redis:// URL, or off)", needs_path=True),
+}
+
+
+def run_clcache(m: CLMagics, args: Namespace) -> object:
+    """Run the subcommand ``args`` name, or say in one line which argument does not go with
+    it."""
+    sub = CLCACHE[args.command]
+    given = ("keys", "older_than", "device", "zero", "remote", "origin")
+    extra = {n for n in given if getattr(args, n)} - sub.takes
+    if sub.misuse and (extra or (sub.needs_path and len(args.keys) != 1)):
+        raise OptionsError(sub.misuse)
+    if "zero" in extra:
+        raise OptionsError("--zero goes with %clcache stats only")
+    if "origin" in extra:
+        raise OptionsError("--origin goes with %clcache (the DataFrame), stats, history and "
+                           "clear")
+    if extra & {"keys", "older_than", "remote"}:
+        raise OptionsError("KEY_PREFIX, --older-than and --remote go with %clcache clear only")
+    if extra:
+        raise OptionsError("--device goes with %clcache (the DataFrame), clear and export")
+    return sub.run(m, args)

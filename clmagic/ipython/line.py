@@ -1,0 +1,110 @@
+"""Reading a magic's line: ``--opts`` to the end of the line, a misspelt option, the arguments
+(unquoted), each bad line as one :class:`~clmagic.errors.OptionsError`."""
+
+from __future__ import annotations
+
+import re
+from argparse import ArgumentParser, Namespace
+from collections.abc import Callable
+
+from IPython.core.error import UsageError
+from IPython.core.magic_arguments import parse_argstring
+
+from clmagic.errors import OptionsError
+
+__all__ = ["split_opts", "misspelt_option", "parse_line"]
+
+_OPTS = re.compile(r"(?:^|\s)--opts(?:=|\s+|$)")
+#: lines already read, per magic (a re-run cell reads its line once); at most this many each
+_READ_MAX = 256
+_read: dict[tuple[ArgumentParser, str], Namespace] = {}
+
+
+def _outside_quotes(line: str, end: int) -> bool:
+    """Whether position ``end`` of ``line`` is outside shell quotes."""
+    quote = ""
+    i = 0
+    while i < end:
+        ch = line[i]
+        if ch == "\\" and quote != "'":
+            i += 2
+            continue
+        if quote:
+            quote = "" if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+        i += 1
+    return not quote
+
+
+def split_opts(line: str) -> tuple[str, str | None]:
+    """Split a magic line at ``--opts`` (outside quotes): everything after it, to the end of
+    the line, is build options (so ``--opts -O3 -cl-mad-enable`` works as written)."""
+    if "--opts" not in line:
+        return line, None
+    m = next((m for m in _OPTS.finditer(line) if _outside_quotes(line, m.start())), None)
+    if not m:
+        return line, None
+    opts = line[m.end():].strip()
+    if not opts:
+        raise OptionsError("--opts needs build options after it, e.g. --opts -O3 -cl-mad-enable")
+    return line[: m.start()], opts
+
+
+def misspelt_option(rest: str, parser: ArgumentParser) -> str | None:
+    """``--opt is not an option of %%clkernel; did you mean --opts?`` for the first word that
+    looks like an option, is none of ``parser``'s, and is close to one of them (argparse would
+    take ``--opt`` for ``--opts`` and complain about its value instead)."""
+    actions = parser._option_string_actions
+    longs = [o for o in actions if o.startswith("--") and o != "--help"]
+    words = iter(rest.split())
+    for word in words:
+        name = word.split("=", 1)[0]
+        if name in actions:
+            if actions[name].nargs != 0 and "=" not in word:
+                next(words, None)  # its value
+            continue
+        if word.startswith("-"):
+            import difflib
+
+            close = difflib.get_close_matches(name.lstrip("-"), [o[2:] for o in longs], n=1,
+                                              cutoff=0.7)
+            if close:
+                return (f"{name} is not an option of %%{parser.prog.split()[-1]}; "
+                        f"did you mean --{close[0]}?")
+    return None
+
+
+def parse_line(magic: Callable[..., object], line: str) -> Namespace:
+    """The magic's arguments, unquoted, or one :class:`OptionsError` line (argparse's usage
+    errors, and unbalanced quotes, which ``shlex`` reports as ``ValueError``). A line read
+    before is not read again: its arguments are copied."""
+    parser: ArgumentParser = getattr(magic, "parser")
+    known = _read.get((parser, line))
+    if known is not None:
+        return _copy(known)
+    try:
+        args: Namespace = parse_argstring(magic, line)
+    except UsageError as exc:
+        raise OptionsError(str(exc)) from None
+    except ValueError as exc:
+        raise OptionsError(f"cannot read the magic line {line.strip()!r}: {exc}") from None
+    for name, value in vars(args).items():  # IPython keeps the quotes: --name "x" means x
+        if isinstance(value, list):
+            setattr(args, name, [_unquote(v) for v in value])
+        elif isinstance(value, str):
+            setattr(args, name, _unquote(value))
+    if len(_read) >= _READ_MAX:
+        _read.pop(next(iter(_read)))
+    _read[(parser, line)] = _copy(args)
+    return args
+
+
+def _copy(args: Namespace) -> Namespace:
+    return Namespace(**{n: list(v) if isinstance(v, list) else v for n, v in vars(args).items()})
+
+
+def _unquote(value: str) -> str:
+    if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+        return value[1:-1]
+    return value

@@ -1,0 +1,127 @@
+"""A source before it is keyed: checked (UTF-8, no NUL, not empty, bounded), normalised the way
+IPython normalises a cell, and its one-line preview for the history."""
+
+from __future__ import annotations
+
+from clmagic.errors import ClmagicError
+
+__all__ = ["MAX_SOURCE", "check_source", "normalise_source", "preview"]
+
+#: what a line ends with when it is spliced to the next (then blanks, which it keeps)
+_SPLICES = ("\\", "??/")
+
+#: the largest source accepted, in bytes (a bigger cell is almost surely a pasting accident)
+MAX_SOURCE = 4 << 20
+
+
+def check_source(source: str | bytes) -> tuple[str, bytes]:
+    """The source as normalised text and as its UTF-8 bytes, or a one-line error saying why it
+    cannot be compiled."""
+    if isinstance(source, bytes | bytearray | memoryview):
+        src = bytes(source)
+        try:
+            text = src.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            line = src.count(b"\n", 0, exc.start) + 1
+            raise ClmagicError(
+                f"source is not UTF-8 text: byte 0x{src[exc.start]:02x} on line {line}"
+            ) from None
+    else:
+        text = str(source)
+        try:
+            src = text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            line = text.count("\n", 0, exc.start) + 1
+            raise ClmagicError(
+                f"source is not UTF-8 text: {text[exc.start]!r} on line {line}"
+            ) from None
+    if len(src) > MAX_SOURCE:
+        raise ClmagicError(
+            f"source is {len(src) / 2**20:.1f} MiB, over clmagic's {MAX_SOURCE >> 20} MiB limit "
+            "(clmagic.key.source.MAX_SOURCE); nothing compiled"
+        )
+    if "\0" in text:
+        line = text.count("\n", 0, text.index("\0")) + 1
+        raise ClmagicError(f"source holds a NUL character on line {line}")
+    if not text.strip():
+        raise ClmagicError("empty source: nothing to compile")
+    normal = normalise_source(text)
+    return (text, src) if normal is text else (normal, normal.encode("utf-8"))
+
+
+def normalise_source(source: str) -> str:
+    """``\\r\\n`` as ``\\n``, trailing blanks (spaces and tabs) of each line stripped, a
+    final newline.
+
+    IPython does the same to a cell's blank lines, so the library and ``%%clkernel`` give the
+    same key for the same text. Lines are split at ``\\n`` only (``str.splitlines`` would also
+    split at form feed, vertical tab, ``\\x1c``–``\\x1e``, ``\\x85``, ``\\u2028`` and
+    ``\\u2029``, which are not line ends to a C compiler: text after them in a ``//`` comment
+    would become code). A lone ``\\r``, other whitespace and a byte-order mark are left as
+    written, and a line that ends in a splice (``\\`` or ``??/``, then blanks: clang splices
+    that too) keeps its blanks, so the driver receives a program with the meaning the user
+    wrote (pyopencl passes the source unchanged). A source that is already normal is returned
+    as it is (the same object), found by a few scans rather than a split.
+    """
+    if _is_normal(source):
+        return source
+    if "\r\n" in source:
+        source = source.replace("\r\n", "\n")
+    if not source.endswith("\n"):
+        source += "\n"  # the last line ends like the others (and loses its blanks below)
+    if (source.count(" \n") + source.count("\t\n")) * 8 > source.count("\n"):
+        return _strip_every_line(source)  # many lines to cut (generated code): split them all
+    return _cut_some_lines(source)
+
+
+def _cut_some_lines(source: str) -> str:
+    """:func:`normalise_source`'s cut of a source that ends with ``\\n``, copying the text
+    between the lines that end in blanks as it is (few such lines: hand-written code)."""
+    out: list[str] = []  # the text in pieces: only the lines that end in blanks are cut
+    start = 0  # the text not yet copied
+    # the next line end after a space, after a tab (each line end is one or the other)
+    space, tab = source.find(" \n"), source.find("\t\n")
+    while space >= 0 or tab >= 0:
+        newline = (min(space, tab) if space >= 0 and tab >= 0 else max(space, tab)) + 1
+        if newline == space + 1:
+            space = source.find(" \n", newline)
+        else:
+            tab = source.find("\t\n", newline)
+        line = source.rfind("\n", 0, newline) + 1
+        cut = line + len(source[line:newline].rstrip(" \t"))
+        if not source.endswith(_SPLICES, line, cut):  # a splice keeps its blanks
+            out.append(source[start:cut])
+            start = newline
+    out.append(source[start:])
+    return "".join(out)
+
+
+def _strip_every_line(source: str) -> str:
+    """:func:`normalise_source`'s cut, line by line, of a source that ends with ``\\n``."""
+    lines = source[:-1].split("\n")
+    out = [line.rstrip(" \t") for line in lines]
+    if "\\" in source or "??/" in source:  # a line that ends in a splice keeps its blanks
+        out = [line if cut.endswith(_SPLICES) else cut for line, cut in zip(lines, out)]
+    return "\n".join(out) + "\n"
+
+
+def _is_normal(source: str) -> bool:
+    """Whether :func:`normalise_source` would return ``source`` unchanged: ending with ``\\n``,
+    no ``\\r\\n``, no space or tab before a ``\\n`` (lines are split at ``\\n`` alone and lose
+    only spaces and tabs, so other characters, non-ASCII ones too, change nothing)."""
+    return (source.endswith("\n") and " \n" not in source and "\t\n" not in source
+            and "\r\n" not in source)
+
+
+def preview(source: str, width: int = 60) -> str:
+    """The first line of code (not a comment or directive), cut to ``width``; reads only as
+    far as that line (a source is normalised: its lines end with ``\\n`` alone)."""
+    start, end = 0, len(source)
+    while start < end:
+        stop = source.find("\n", start)
+        stop = end if stop < 0 else stop
+        line = source[start:stop].strip()
+        if line and not line.startswith(("//", "/*", "*", "#")):
+            return line[:width]
+        start = stop + 1
+    return source.strip()[:width]

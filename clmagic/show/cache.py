@@ -1,0 +1,214 @@
+"""Renderings of the cache, as text and as HTML: the statistics, what a clear removed, where the
+cache is, the cache panel's rows and status, bundle reports (the result line under a cell and
+the formats every rendering shares are :mod:`clmagic.show.line`'s).
+
+Like report.py it imports nothing of clmagic at run time but report.py (the types below are for
+the checker only).
+"""
+
+from __future__ import annotations
+
+import html
+import time
+from typing import TYPE_CHECKING
+
+from clmagic.show.line import count_of, fmt_bytes, fmt_duration, fmt_ms, short_key
+
+if TYPE_CHECKING:
+    from clmagic.cache.bundle import BundleReport, ImportReport
+    from clmagic.opencl.devices import DeviceInfo
+    from clmagic.entry import Entry
+    from clmagic.cache.manage import CacheInfo, Removed
+    from clmagic.trip.records import Stats
+
+__all__ = ["LABELS", "stats_rows", "stats_text", "stats_html", "removed_text", "removed_html",
+           "info_text", "info_html", "device_option", "ENTRY_HEAD", "entry_line",
+           "panel_status_html", "export_text", "export_html", "import_text", "import_html"]
+
+
+#: how each counter is named in statistics (one not listed shows as its name, lower case)
+LABELS = {"HIT": "hits", "MEMORY": "memory hits", "REKEYED": "rekeyed", "MISS": "misses",
+          "CORRUPT": "corrupt", "BYPASS": "bypassed", "FAILED": "failed", "EVICT": "evictions"}
+
+
+def _rate(rate: float | None) -> str:
+    return "n/a" if rate is None else f"{rate:.0%}"
+
+
+def stats_rows(s: Stats) -> list[tuple[str, str, str]]:
+    """(figure, this session, lifetime) for every outcome counted, evictions, hit rate and time
+    saved; the lifetime column is ``-`` where the store keeps none."""
+    life = s.lifetime
+    rows = [(LABELS.get(o, o.lower()), str(s.session[o]), "-" if life is None else str(life[o]))
+            for o in s.outcomes()]
+    rows.append(("evictions", str(s.session.evictions),
+                 "-" if life is None else str(life.evictions)))
+    rows.append(("hit rate", _rate(s.session.hit_rate),
+                 "-" if life is None else _rate(life.hit_rate)))
+    rows.append(("time saved", fmt_duration(s.session.saved_ms),
+                 "-" if life is None else fmt_duration(life.saved_ms)))
+    return rows
+
+
+def _limit(s: Stats, total: int | None = None) -> str:
+    used = s.bytes if total is None else total
+    if not s.max_size:
+        return "no size limit"
+    return f"limit {fmt_bytes(s.max_size)} ({used / s.max_size:.0%} used)"
+
+
+def stats_text(s: Stats) -> str:
+    """This session and the lifetime side by side, then the store and one line per device."""
+    rows = [("", "session", "lifetime"), *stats_rows(s)]
+    width = max(len(r[0]) for r in rows)
+    lines = [f"{a:<{width}}  {b:>10}  {c:>10}" for a, b, c in rows]
+    lines.append(f"store: {s.location} · {count_of(s.entries, 'entry')} · "
+                 f"{fmt_bytes(s.bytes)} · {_limit(s)}")
+    for d in s.devices:
+        line = (f"  {d.label} ({d.fingerprint}): {count_of(d.entries, 'entry')}, "
+                f"{fmt_bytes(d.bytes)}, "
+                f"{d.hits} hits")
+        if d.lifetime is not None:
+            t = d.lifetime
+            line += (f" · lifetime {t['HIT']} hits, {t['MISS']} misses, "
+                     f"{t.evictions} evictions")
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def stats_html(s: Stats) -> str:
+    """The statistics as two small tables: session and lifetime side by side, then devices."""
+    body = "".join(f"<tr><th>{html.escape(a)}</th><td>{html.escape(b)}</td>"
+                   f"<td>{html.escape(c)}</td></tr>" for a, b, c in stats_rows(s))
+    devs = "".join(
+        f"<tr><td>{html.escape(d.label)}</td><td><code>{d.fingerprint}</code></td>"
+        f"<td>{d.entries}</td><td>{fmt_bytes(d.bytes)}</td><td>{d.hits}</td>"
+        f"<td>{d.lifetime.evictions if d.lifetime is not None else '-'}</td></tr>"
+        for d in s.devices
+    ) or '<tr><td colspan="6">no entries</td></tr>'
+    return (
+        '<div class="clmagic-stats">'
+        f"<table><tr><th></th><th>session</th><th>lifetime</th></tr>{body}</table>"
+        f"<p>store: <code>{html.escape(s.location)}</code> · {count_of(s.entries, 'entry')} · "
+        f"{fmt_bytes(s.bytes)} · {html.escape(_limit(s))}</p>"
+        "<table><tr><th>device</th><th>fingerprint</th><th>entries</th><th>size</th>"
+        f"<th>hits</th><th>evictions</th></tr>{devs}</table></div>"
+    )
+
+
+# -- cache management: what a clear removed, where the cache is -----------------------------
+
+def removed_text(r: Removed) -> str:
+    """``removed 3 entries (12.3 KB) from directory cache /path``."""
+    where = f" from {r.location}" if r.location else ""
+    return f"removed {count_of(r.entries, 'entry')} ({fmt_bytes(r.bytes)}){where}"
+
+
+def removed_html(r: Removed) -> str:
+    return f'<div class="clmagic-removed">{html.escape(removed_text(r))}</div>'
+
+
+def info_text(i: CacheInfo) -> str:
+    """Where the cache is, the record level, the variables in effect, one line per device
+    (``*`` marks the active one) with what the store holds for it."""
+    state = "" if i.writable or i.kind == "none" else f" (read-only: {i.reason})"
+    lines = [f"cache:   {i.location} ({i.kind}){state}", f"record:  {i.record}"]
+    lines += [f"env:     {k}={v}" for k, v in sorted(i.env.items())] or ["env:     (none)"]
+    for info, use in i.devices:
+        mark = "*" if info.fingerprint == i.active else " "
+        held = (f"{count_of(use.entries, 'entry')}, {fmt_bytes(use.bytes)}" if use
+                else "no entries")
+        if not info.usable:
+            held += f" · cannot build here: {info.problem}"
+        lines.append(f"{mark} {info.spec:<5} {info.type:<5} {info.platform_name} · "
+                     f"{info.device_name} · driver {info.driver_version} · "
+                     f"{info.fingerprint} · {held}")
+    return "\n".join(lines)
+
+
+def info_html(i: CacheInfo) -> str:
+    return f'<pre class="clmagic-info">{html.escape(info_text(i))}</pre>'
+
+
+# -- the cache panel: device choices, entry rows, status ------------------------------------
+
+def device_option(info: DeviceInfo) -> str:
+    """A device as the panel offers it; one that cannot build here says so, and why."""
+    text = f"{info.platform_name} · {info.device_name}"
+    return text if info.usable else f"{text} · cannot build here: {info.problem}"
+
+
+#: the header over :func:`entry_line` rows
+ENTRY_HEAD = (f"{'key':<13} {'kernels':<24} {'options':<22} {'binary':>9} {'build':>10} "
+              f"{'hits':>5}  last used")
+
+
+def entry_line(e: Entry) -> str:
+    """One entry as a fixed-width row: short key (two builds that differ only in a header's
+    contents differ there), kernels, options, binary size, build time, hits, last use (local
+    time, to the second)."""
+    m = e.meta
+    kernels = ", ".join(m.kernels) or "(none)"
+    opts = m.options or "-"
+    used = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(e.last_used))
+    return (f"{short_key(e.key):<13} {kernels[:24]:<24} {opts[:22]:<22} "
+            f"{fmt_bytes(m.binary_bytes):>9} {fmt_ms(m.build_ms):>10} {e.usage.hits:>5}  {used}")
+
+
+def panel_status_html(entries: list[Entry], s: Stats, where: str, total: int = 0) -> str:
+    """The panel's status line: entries and MB of the device, the session's hit rate and time
+    saved, and where the store is; then, where the store keeps lifetime figures, its size
+    (``total`` bytes) against its limit (``s.max_size``) and the lifetime figures."""
+    size = sum(e.usage.stored_bytes for e in entries)
+    n = count_of(len(entries), "entry").split(" ", 1)
+    text = (f"<b>{n[0]}</b> {n[1]} · <b>{fmt_bytes(size)}</b> · hit rate "
+            f"<b>{_rate(s.hit_rate)}</b> · <b>{fmt_duration(s.saved_ms)}</b> saved this "
+            f"session · <code>{html.escape(where)}</code>")
+    life = s.lifetime
+    if life is not None:
+        text += (f"<br>store: <b>{fmt_bytes(total)}</b>, {html.escape(_limit(s, total))} · "
+                 f"lifetime: hit rate <b>{_rate(life.hit_rate)}</b>, "
+                 f"<b>{fmt_duration(life.saved_ms)}</b> saved, <b>{life.evictions}</b> "
+                 "evictions")
+    return text
+
+
+# -- bundles ---------------------------------------------------------------------------------
+
+def export_text(r: BundleReport) -> str:
+    devs = ", ".join(f"{d['device']} ({d['entries']})" for d in r.devices) or "no devices"
+    bad = f", {r.failed} damaged entries left out" if r.failed else ""
+    return (f"exported {count_of(r.entries, 'entry')} ({fmt_bytes(r.bytes)}) to {r.path}: "
+            f"{devs}{bad}")
+
+
+def export_html(r: BundleReport) -> str:
+    rows = "".join(
+        f"<tr><td>{html.escape(d['device'])}</td><td><code>{d['fingerprint']}</code></td>"
+        f"<td>{d['entries']}</td></tr>" for d in r.devices)
+    return (f"<div class='clmagic-bundle'><b>exported {count_of(r.entries, 'entry')}</b> "
+            f"({fmt_bytes(r.bytes)}) to <code>{html.escape(r.path)}</code>"
+            f"<table><tr><th>device</th><th>fingerprint</th><th>entries</th></tr>{rows}"
+            "</table></div>")
+
+
+def import_text(r: ImportReport) -> str:
+    text = (f"imported {r.imported}, skipped {r.skipped} (already cached), "
+            f"failed {r.failed} from {r.path}")
+    for fp, d in r.missing_devices.items():
+        text += (f"\n  {count_of(d['entries'], 'entry')} for {d['device']} ({fp}): "
+                 "not on this machine")
+    for reason in r.reasons[:5]:
+        text += f"\n  failed: {reason}"
+    return text
+
+
+def import_html(r: ImportReport) -> str:
+    extra = "".join(
+        f"<li>{count_of(d['entries'], 'entry')} for {html.escape(d['device'])} "
+        f"(<code>{fp}</code>): not on this machine</li>"
+        for fp, d in r.missing_devices.items())
+    extra += "".join(f"<li>failed: {html.escape(reason)}</li>" for reason in r.reasons[:5])
+    return (f"<div class='clmagic-bundle'><b>imported {r.imported}</b>, skipped "
+            f"{r.skipped} (already cached), failed {r.failed} from "
+            f"<code>{html.escape(r.path)}</code><ul>{extra}</ul></div>")

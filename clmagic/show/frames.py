@@ -1,0 +1,195 @@
+"""pandas DataFrames of the stored entries and of this session's build trips.
+
+pandas is imported here only, when a frame is asked for. The frames hold the exact data (full
+keys, times to the nanosecond, every column); in a notebook they display as a table a person
+reads (a short key, one device label, ms rounded, times to the second, no wrapping inside a
+value, the other columns named under it). A frame derived from them is a plain DataFrame.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from typing import TYPE_CHECKING, Any
+
+from clmagic.entry import META_FIELDS, Usage, sane_time
+from clmagic.process.session import or_default
+from clmagic.cache.manage import device_fingerprints, entry_origin
+from clmagic.trip.records import from_origin
+from clmagic.show.line import (count_of, device_label, fmt_bytes, fmt_ms, fmt_time, short_key,
+                     table_html)
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from clmagic.trip.compiler import Compiler
+    from clmagic.store import Store
+
+__all__ = ["cache_frame", "history_frame", "CACHE_COLUMNS", "HISTORY_COLUMNS"]
+
+_DTYPES = {"str": "string", "int": "Int64", "float": "float64", "tuple[str, ...]": "string",
+           "float | None": "float64"}
+_TIME = "datetime64[ns, UTC]"
+#: the columns of :func:`cache_frame`: the entry's fields marked ``shown``, then its usage
+_USAGE = frozenset(f.name for f in dataclasses.fields(Usage))
+_FIELDS = [f for f in META_FIELDS if f.metadata["shown"]] + list(dataclasses.fields(Usage))
+
+#: column → dtype of :func:`cache_frame`
+CACHE_COLUMNS: dict[str, str] = {
+    f.name: _TIME if f.metadata.get("time") else _DTYPES[str(f.type)]
+    for f in _FIELDS}
+
+#: column → dtype of :func:`history_frame`
+HISTORY_COLUMNS: dict[str, str] = {
+    "time": "datetime64[ns, UTC]", "outcome": "string", "kernels": "string", "ms": "float64",
+    "build_ms": "float64", "saved_ms": "float64", "device": "string", "key": "string",
+    "options": "string", "preview": "string", "source": "string", "saved": "bool",
+    "note": "string", "origin": "string",
+}
+
+
+def _frame(columns: dict[str, list], dtypes: dict[str, str]) -> pd.DataFrame:
+    import pandas as pd
+
+    data = {}
+    for name, dtype in dtypes.items():
+        values = columns[name]
+        if dtype.startswith("datetime64"):  # out of range (2300, 1e300, NaN): NaT, not a raise
+            values = [sane_time(v) for v in values]
+            data[name] = pd.Series(pd.to_datetime(pd.Series(values, dtype="float64"), unit="s",
+                                                  utc=True), dtype=dtype)
+        else:
+            data[name] = pd.Series(values, dtype=dtype)
+    return pd.DataFrame(data)
+
+
+#: what the readable display of each frame shows: column → (heading, how a value reads)
+_MAX_ROWS = 60
+
+
+def _ms_or_blank(v: Any) -> str:
+    return "" if v is None or (isinstance(v, float) and math.isnan(v)) else fmt_ms(float(v))
+
+
+def _when(v: Any) -> str:
+    return "" if v is None or v != v else fmt_time(v.timestamp())
+
+
+def _text(v: Any) -> str:
+    return "" if v is None or v != v else str(v)
+
+
+_SHOWN: dict[str, list[tuple[str, str, Any]]] = {
+    "cache": [("key", "key", short_key), ("kernels", "kernels", _text),
+              ("options", "options", _text), ("device", "device", None),
+              ("binary_bytes", "binary", lambda v: fmt_bytes(int(v))),
+              ("build_ms", "build", _ms_or_blank), ("hits", "hits", _text),
+              ("last_used", "last used", _when)],
+    "history": [("time", "time", _when), ("outcome", "outcome", _text),
+                ("kernels", "kernels", _text), ("ms", "took", _ms_or_blank),
+                ("build_ms", "build", _ms_or_blank),
+                ("saved_ms", "saved", lambda v: _ms_or_blank(v) if v else ""),
+                ("device", "device", _text), ("key", "key", short_key),
+                ("options", "options", _text), ("note", "note", _text)],
+}
+_NUMERIC = frozenset({"binary", "build", "hits", "took", "saved"})
+
+
+def frame_html(df: pd.DataFrame, kind: str) -> str:
+    """The readable table of a :func:`cache_frame` (``kind="cache"``) or :func:`history_frame`
+    (``"history"``): shown columns formatted, the rest named under it."""
+    shown = [c for c in _SHOWN[kind] if c[0] in df.columns]
+    rows = []
+    for _, rec in df.head(_MAX_ROWS).iterrows():
+        row = []
+        for col, _head, fmt in shown:
+            if col == "device" and kind == "cache":
+                row.append(device_label(_text(rec.get("platform")), _text(rec["device"])))
+            else:
+                row.append(fmt(rec[col]))
+        rows.append(row)
+    hidden = [c for c in df.columns if c not in {s[0] for s in shown}]
+    note = count_of(len(df), "row")
+    if len(df) > _MAX_ROWS:
+        note += f" (the first {_MAX_ROWS} shown)"
+    if hidden:
+        note += f" · also in the DataFrame: {', '.join(hidden)}"
+    note += " · keys shortened, times in UTC to the second (the data is exact)"
+    return table_html([h for _, h, _ in shown], rows, note, _NUMERIC)
+
+
+@functools.cache
+def _readable(kind: str) -> type:
+    """A DataFrame class whose notebook display is :func:`frame_html` (pandas imported here)."""
+    import pandas as pd
+
+    class DataFrame(pd.DataFrame):  # operations on it give plain DataFrames (_constructor)
+        def _repr_html_(self) -> str:
+            return frame_html(self, kind)
+
+    return DataFrame
+
+
+def cache_frame(device: object = None, *, compiler: Compiler | None = None,
+                store: Store | None = None, origin: str | None = None) -> pd.DataFrame:
+    """One row per stored entry, most recently used first.
+
+    Columns (dtypes in :data:`CACHE_COLUMNS`): ``key`` (full hex), ``kernels`` (comma-separated),
+    ``options`` (what the driver received), ``device``, ``platform``, ``driver``,
+    ``source_bytes``, ``binary_bytes``, ``build_ms``, ``created`` (UTC), ``fingerprint``,
+    ``last_used`` (UTC; the last store hit, else the build), ``hits`` (loads from the store),
+    ``stored_bytes`` and ``store`` (the backend or layers holding it, and the store's location),
+    and ``origin`` after ``fingerprint`` (``cell`` or the module whose build made the entry).
+    ``device`` filters by index spec, name substring or fingerprint, ``origin`` by origin (a
+    package takes its modules). Binaries are not read.
+    """
+    if store is None:
+        store = or_default(compiler).store
+    entries = list(store.entries()) if store is not None else []
+    if device is not None and device != "":
+        fps = device_fingerprints(device, entries)
+        entries = [e for e in entries if e.fingerprint in fps]
+    if origin is not None:
+        entries = [e for e in entries if from_origin(entry_origin(e), origin)]
+    cols: dict[str, list[Any]] = {name: [] for name in CACHE_COLUMNS}
+    for e in entries:
+        for name in CACHE_COLUMNS:
+            value = getattr(e.usage if name in _USAGE else e.meta, name)
+            if name == "last_used":
+                value = e.last_used  # the one rule: last load, else the build
+            elif name == "store":
+                value = f"{value}:{store.location}" if store is not None else value
+            elif isinstance(value, tuple):
+                value = ", ".join(value)
+            cols[name].append(value)
+    df = _frame(cols, CACHE_COLUMNS)
+    df = df.sort_values("last_used", ascending=False, kind="stable", ignore_index=True)
+    return _readable("cache")(df)
+
+
+def history_frame(*, compiler: Compiler | None = None, origin: str | None = None
+                  ) -> pd.DataFrame:
+    """One row per build trip of this process, in order.
+
+    Columns (dtypes in :data:`HISTORY_COLUMNS`): ``time`` (UTC), ``outcome`` (MISS, HIT, MEMORY,
+    REKEYED, CORRUPT, BYPASS, FAILED), ``kernels``, ``ms`` (the trip), ``build_ms`` (the
+    original driver build), ``saved_ms`` (build minus load for HIT/MEMORY/REKEYED, else 0), ``device``, ``key``, ``options``,
+    ``preview`` (first code line), ``source`` (only with ``CLMAGIC_RECORD=full``), ``saved``
+    (written to the store), ``note``, ``origin`` (``cell``, or the module that called
+    ``pyopencl.Program.build`` under :func:`clmagic.install`); ``origin`` keeps only those trips.
+    """
+    cols: dict[str, list] = {name: [] for name in HISTORY_COLUMNS}
+    for r in or_default(compiler).history.records:
+        if not from_origin(r.origin, origin):
+            continue
+        row = {
+            "time": r.time, "outcome": r.outcome, "kernels": ", ".join(r.kernels), "ms": r.ms,
+            "build_ms": r.build_ms, "saved_ms": r.saved_ms, "device": r.device.label,
+            "key": r.key,
+            "options": r.options, "preview": r.preview, "source": r.source,
+            "saved": r.saved_to_store, "note": r.note, "origin": r.origin,
+        }
+        for name, value in row.items():
+            cols[name].append(value)
+    return _readable("history")(_frame(cols, HISTORY_COLUMNS))

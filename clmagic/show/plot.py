@@ -1,0 +1,76 @@
+"""The session history as a matplotlib plot (matplotlib is imported here only)."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+from clmagic.process.session import or_default
+from clmagic.trip.records import Outcome
+from clmagic.show.line import COLOURS, fmt_duration
+
+if TYPE_CHECKING:
+    from clmagic.trip.compiler import Compiler
+
+__all__ = ["plot_history"]
+
+
+def _name(kernels: tuple[str, ...] | list[str]) -> str:
+    """A bar's label: the first kernel's name, ``+N`` for the others, at most 16 characters."""
+    if not kernels:
+        return "(none)"
+    first = kernels[0] if len(kernels[0]) <= 14 else kernels[0][:13] + "…"
+    return first + (f" +{len(kernels) - 1}" if len(kernels) > 1 else "")
+
+
+def plot_history(*, compiler: Compiler | None = None, ax: Any = None) -> Any:
+    """Plot each build trip of this session: a bar of the time it took, coloured by outcome
+    (MISS red, HIT green, MEMORY blue, ...), named by its kernels, and a black tick at the
+    original driver build time, so the gap between tick and bar is the time a hit saved. Log
+    scale; the legend sits beside the bars, not on them.
+
+    Draws on ``ax`` when given, else on a new figure; returns the figure. A new figure is not
+    left open in pyplot, so a notebook shows it once (as the cell's value), not twice.
+    """
+    records = or_default(compiler).history.records
+    if ax is None:
+        import matplotlib.pyplot as plt
+
+        fig, ax = plt.subplots(figsize=(8, 3), layout="constrained")
+        plt.close(fig)  # displayed as the returned value only
+    fig = ax.figure
+    if not records:
+        ax.text(0.5, 0.5, "no builds yet", ha="center", va="center", transform=ax.transAxes)
+        ax.set_axis_off()
+        return fig
+    x = list(range(1, len(records) + 1))
+    taken = [max(r.ms, 1e-3) for r in records]
+    ax.bar(x, taken, color=[COLOURS.get(r.outcome, "#555") for r in records], width=0.7)
+    ax.scatter(x, [max(r.build_ms, 1e-3) for r in records], marker="_", s=300, color="black",
+               label="driver build ms", zorder=3)
+    from matplotlib.patches import Patch
+
+    seen = [o for o in Outcome.ALL if any(r.outcome == o for r in records)]
+    handles = [Patch(color=COLOURS[o], label=f"{o} ms taken") for o in seen]
+    ax.legend(handles=[*handles, *ax.get_legend_handles_labels()[0]], fontsize=8,
+              loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0, frameon=False)
+    ax.set_yscale("log")
+    built = [max(r.build_ms, 1e-3) for r in records]
+    ax.set_ylim(10 ** math.floor(math.log10(min(*taken, *built))),  # whole decades
+                10 ** math.ceil(math.log10(max(*taken, *built)) + 1e-9))
+    ax.set_xlim(0.4, max(len(x), 4) + 0.6)  # a lone bar is a bar, not the whole plot
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullLocator
+
+    ax.yaxis.set_major_locator(LogLocator(base=10))
+    ax.yaxis.set_minor_locator(NullLocator())
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
+    ax.set_ylabel("ms (log scale)")
+    shown = x if len(x) <= 30 else x[:: max(len(x) // 15, 1)]
+    ax.set_xticks(shown, [_name(records[i - 1].kernels) for i in shown], rotation=30,
+                  ha="right", fontsize=8)
+    ax.set_xlabel("build trips of this session, in order (named by their first kernel)",
+                  fontsize=8)
+    saved = sum(r.saved_ms for r in records)
+    ax.set_title(f"clmagic: {len(records)} build{'s' if len(records) != 1 else ''}, "
+                 f"{fmt_duration(saved)} saved", fontsize=10)
+    return fig

@@ -1,0 +1,175 @@
+"""The directory store's files: each entry's file and the small files kept beside it.
+
+In a device folder, ``<key>.clbin`` is an entry; ``<key>.hits`` counts its hits (its size) and
+last use (its modification time); ``<code key>.code`` holds the key (64 bytes) of the latest entry
+built from that code, for rekeying; ``<name>.tmp.<pid>.<random>`` is a write in progress, swept
+once its writer is gone. Nothing here follows a link or waits on a FIFO: files are opened only
+when they are regular (:func:`~clmagic.store._fs.open_regular`), and every helper is advisory
+where the file is (a lost hit count or code index costs a count or a rekey, never a build).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import secrets
+import stat
+import time
+from collections.abc import Iterable
+from pathlib import Path
+
+from clmagic.entry import HEADER, MAX_BINARY, MAX_META, Entry, EntryMeta, Usage, read_meta
+from clmagic.errors import CorruptEntry
+from clmagic.store.lifetime import _alive
+from clmagic.store._fs import O_NOFOLLOW, open_regular
+from clmagic.store.base import valid_name
+
+__all__ = ["SUFFIX", "TMP", "STALE_TMP_S", "HITS_SUFFIX", "CODE_SUFFIX", "MAX_FILE", "temp_path",
+           "sweep_tmp", "read_entry_meta", "usage_beside", "drop_hits", "write_code_index",
+           "read_code_index", "index_size", "code_index_of", "drop_code"]
+
+SUFFIX = ".clbin"
+TMP = ".tmp."
+#: a temp file older than this is a leftover even when its writer's pid is in use again (or
+#: lives on another host sharing the folder); listings and clears remove such files
+STALE_TMP_S = 3600.0
+HITS_SUFFIX = ".hits"
+#: ``<code key>.code`` beside the entries holds the key of the latest entry of that code
+CODE_SUFFIX = ".code"
+#: no valid entry file is larger
+MAX_FILE = HEADER.size + MAX_META + MAX_BINARY + 32
+
+
+def temp_path(path: Path) -> Path:
+    """A fresh temp file name beside ``path`` (this process's pid, then random digits)."""
+    return path.with_name(f"{path.name}{TMP}{os.getpid()}.{secrets.token_hex(4)}")
+
+
+def sweep_tmp(folder: Path, names: Iterable[str], prefix: str = "", everything: bool = False
+              ) -> int:
+    """Remove the temp files among ``names`` in ``folder`` (those starting with ``prefix``) whose
+    writer is gone: its pid is not alive here, or the file is over :data:`STALE_TMP_S` old
+    (``everything``: all of them, as a clear does). Returns how many went."""
+    count = 0
+    for name in names:
+        if TMP not in name or not name.startswith(prefix):
+            continue
+        tmp = folder / name
+        if not everything:
+            try:
+                pid = int(name.rsplit(TMP, 1)[1].split(".", 1)[0])
+                age = time.time() - tmp.lstat().st_mtime
+            except (ValueError, OSError, IndexError):
+                continue
+            if pid > 0 and _alive(pid) and age < STALE_TMP_S:
+                continue  # a writer at work (this process's other threads, or another one)
+        try:
+            tmp.unlink()
+            count += 1
+        except OSError:
+            continue
+    return count
+
+
+def read_entry_meta(path: str) -> tuple[EntryMeta | None, int]:
+    """Header and metadata of one entry file (one read, two for big metadata) and the file's
+    size; ``(None, 0)`` when it cannot be read or fails its checks."""
+    try:
+        fd = open_regular(path)  # a FIFO or a folder is skipped (its lookup says what it is)
+    except OSError:
+        return None, 0
+    try:
+        buf = os.read(fd, 8192)
+        if len(buf) >= HEADER.size:
+            need = HEADER.size + min(HEADER.unpack_from(buf)[2], MAX_META)
+            if need > len(buf):
+                buf += os.pread(fd, need - len(buf), len(buf))
+        return read_meta(io.BytesIO(buf)), os.fstat(fd).st_size
+    except (OSError, CorruptEntry):
+        return None, 0
+    finally:
+        os.close(fd)
+
+
+# -- the hit counter beside an entry -----------------------------------------------------------
+
+def usage_beside(entry_path: Path, created_size: int, kind: str) -> Usage:
+    """Hits and last use from the ``.hits`` file beside an entry of ``created_size`` bytes."""
+    try:
+        use = os.stat(entry_path.with_suffix(HITS_SUFFIX), follow_symlinks=False)
+    except OSError:
+        use = None
+    if use is None or not stat.S_ISREG(use.st_mode):  # missing, or a FIFO, a folder, ...
+        return Usage(hits=0, last_used=None, stored_bytes=created_size, store=kind)
+    return Usage(hits=use.st_size, last_used=use.st_mtime,
+                 stored_bytes=created_size + use.st_size, store=kind)
+
+
+def drop_hits(entry_path: Path) -> int:
+    """Remove the ``.hits`` file beside an entry; returns the bytes it took."""
+    hits = entry_path.with_suffix(HITS_SUFFIX)
+    try:
+        size = hits.lstat().st_size
+        hits.unlink()
+        return size
+    except OSError:
+        return 0
+
+
+# -- the code index ----------------------------------------------------------------------------
+
+def write_code_index(folder: Path, entry: Entry) -> None:
+    """Point ``<code key>.code`` in ``folder`` at this entry (advisory: a failure only loses a
+    rekey)."""
+    code = entry.meta.code_key
+    if not valid_name(entry.fingerprint, code):
+        return
+    tmp = temp_path(folder / (code + CODE_SUFFIX))
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | O_NOFOLLOW, 0o600)
+        try:
+            os.write(fd, entry.key.encode())
+        finally:
+            os.close(fd)
+        os.replace(tmp, folder / (code + CODE_SUFFIX))
+    except OSError:
+        tmp.unlink(missing_ok=True)
+
+
+def read_code_index(path: str | Path) -> str | None:
+    """The key a code index names (one read of at most 65 bytes), or ``None`` when it is missing
+    or not a regular file (a FIFO is never waited on)."""
+    try:
+        fd = open_regular(path)
+    except OSError:
+        return None
+    try:
+        return os.read(fd, 65).decode("ascii", "replace")
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def index_size(path: str, key: str) -> int:
+    """The size of a code index file when it names ``key``, else 0."""
+    return len(key) if read_code_index(path) == key else 0
+
+
+def code_index_of(path: Path, key: str) -> Path | None:
+    """The code index naming the entry at ``path`` (its metadata says which, read before the
+    entry goes), or ``None``: an index that names a newer entry of the code is kept."""
+    meta, _ = read_entry_meta(str(path))
+    if meta is None or not valid_name(path.parent.name, meta.code_key):
+        return None
+    index = path.with_name(meta.code_key + CODE_SUFFIX)
+    return index if index_size(str(index), key) else None
+
+
+def drop_code(index: Path | None) -> None:
+    """Remove a removed entry's code index (advisory: one left behind is a stale miss)."""
+    if index is not None:
+        try:
+            index.unlink()
+        except OSError:
+            pass

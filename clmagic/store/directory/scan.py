@@ -1,0 +1,182 @@
+"""Walking a directory store's device folders: the entries listed (header and metadata of each,
+never the binary), the sizes and last uses eviction sorts (one ``stat`` per file), the removal of
+evicted entries, and a clear. Listings and clears also sweep what dead writers and removed
+entries left behind: temp files, ``.hits`` files without their entry, a cleared code index.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from clmagic.config import warn_once
+from clmagic.entry import Entry, Usage
+from clmagic.store.base import Use, is_hex
+from clmagic.store.directory.files import (
+    CODE_SUFFIX,
+    HITS_SUFFIX,
+    SUFFIX,
+    TMP,
+    code_index_of,
+    drop_code,
+    drop_hits,
+    index_size,
+    read_entry_meta,
+    sweep_tmp,
+)
+
+if TYPE_CHECKING:
+    from clmagic.store.directory.store import DirectoryStore
+
+__all__ = ["list_entries", "scan_uses", "remove_uses", "clear"]
+
+
+def list_entries(store: DirectoryStore, fingerprint: str | None) -> Iterator[Entry]:
+    """Every valid entry of ``store`` (of one device folder with ``fingerprint``), with its
+    usage; an unreadable, damaged or misfiled entry is skipped, a foreign folder warned of."""
+    try:
+        folders = [fingerprint] if fingerprint else sorted(os.listdir(store.root))
+    except OSError:
+        return
+    for fp in folders:
+        if not is_hex(fp, 16):
+            continue
+        folder = os.path.join(store.root, fp)
+        try:
+            store._check_folder(Path(folder))
+            names = set(os.listdir(folder))
+        except PermissionError as exc:
+            warn_once(f"cache {exc.strerror}; its entries are not used")
+            continue
+        except OSError:
+            continue
+        if any(TMP in name for name in names):  # leftovers of killed writers
+            sweep_tmp(Path(folder), names)
+        for name in names:
+            key = name[: -len(SUFFIX)]
+            if not (name.endswith(SUFFIX) and is_hex(key, 64)):
+                continue
+            meta, size = read_entry_meta(os.path.join(folder, name))
+            if meta is None or meta.key != key or meta.fingerprint != fp:
+                continue  # unreadable, damaged or filed under another name
+            usage = (store._usage(Path(folder, name), size) if key + HITS_SUFFIX in names
+                     else Usage(stored_bytes=size, store=store.kind))
+            if meta.code_key + CODE_SUFFIX in names:  # the code index counts for its entry
+                index = index_size(os.path.join(folder, meta.code_key + CODE_SUFFIX), key)
+                usage = dataclasses.replace(usage, stored_bytes=usage.stored_bytes + index)
+            yield Entry(meta, usage)
+
+
+def scan_uses(root: Path) -> list[Use]:
+    """Every entry's last use (the ``.hits`` file's mtime, else the entry's) and size, from one
+    ``stat`` per file: no entry is opened."""
+    out: list[Use] = []
+    try:
+        folders = [f for f in os.listdir(root) if is_hex(f, 16)]
+    except OSError:
+        return out
+    for fp in folders:
+        files: dict[str, os.stat_result] = {}
+        try:
+            with os.scandir(os.path.join(root, fp)) as it:
+                for d in it:
+                    if d.name.endswith((SUFFIX, HITS_SUFFIX)):
+                        try:
+                            files[d.name] = d.stat(follow_symlinks=False)
+                        except OSError:
+                            continue
+        except OSError:
+            continue
+        for name, st in files.items():
+            key = name[: -len(SUFFIX)]
+            if not (name.endswith(SUFFIX) and is_hex(key, 64)):
+                continue
+            hits = files.get(key + HITS_SUFFIX)
+            used = max(st.st_mtime, hits.st_mtime) if hits else st.st_mtime
+            size = st.st_size + (hits.st_size if hits else 0)
+            out.append(Use(used, size, fp, key, (st.st_ino, st.st_mtime_ns)))
+    return out
+
+
+def remove_uses(store: DirectoryStore, victims: list[Use]) -> list[Use]:
+    """Unlink each entry unless it was rewritten since it was listed (another process's fresh
+    save keeps its entry). A reader that has the file open still reads it whole; one that opens
+    it later finds nothing and rebuilds."""
+    gone = []
+    for v in victims:
+        path = store._path(v.fingerprint, v.key)
+        try:
+            st = path.lstat()
+            if (st.st_ino, st.st_mtime_ns) != v.token:
+                continue
+            index = code_index_of(path, v.key)
+            path.unlink()
+        except OSError:
+            continue  # already gone (another process evicted it too): not counted twice
+        drop_hits(path)
+        drop_code(index)
+        gone.append(v)
+    return gone
+
+
+def clear(root: Path, fingerprint: str | None) -> tuple[int, int]:
+    """Remove every entry under ``root`` (of one device folder with ``fingerprint``) with what
+    lies beside them; (entries removed, bytes freed)."""
+    count = freed = 0
+    for path in list(_files(root, fingerprint)):
+        try:
+            size = path.lstat().st_size
+            path.unlink()
+        except OSError:
+            continue
+        count += 1
+        freed += size + drop_hits(path)
+    freed += _sweep_cleared(root, fingerprint)
+    return count, freed
+
+
+def _files(root: Path, fingerprint: str | None) -> Iterator[Path]:
+    try:
+        folders = [root / fingerprint] if fingerprint else sorted(root.iterdir())
+    except OSError:
+        return
+    for folder in folders:
+        if not is_hex(folder.name, 16):
+            continue
+        try:
+            names = os.listdir(folder)
+        except OSError:
+            continue
+        for name in names:
+            if name.endswith(SUFFIX) and is_hex(name[: -len(SUFFIX)], 64):
+                yield folder / name
+
+
+def _sweep_cleared(root: Path, fingerprint: str | None) -> int:
+    """Remove ``.hits`` files whose entry is gone (a hit counted while another process deleted
+    the entry), the code index of the cleared folders and every temp file (a clear empties the
+    folder); returns the bytes freed."""
+    freed = 0
+    try:
+        folders = [fingerprint] if fingerprint else os.listdir(root)
+    except OSError:
+        return 0
+    for fp in folders:
+        folder = root / fp
+        try:
+            names = set(os.listdir(folder)) if is_hex(fp, 16) else set()
+        except OSError:
+            continue
+        sweep_tmp(folder, names, everything=True)
+        for name in names:
+            if name.endswith(HITS_SUFFIX) and name[: -len(HITS_SUFFIX)] + SUFFIX not in names:
+                freed += drop_hits(folder / (name[: -len(HITS_SUFFIX)] + SUFFIX))
+            elif name.endswith(CODE_SUFFIX) and is_hex(name[: -len(CODE_SUFFIX)], 64):
+                try:  # a cleared folder's code index points at nothing
+                    (folder / name).unlink()
+                except OSError:
+                    pass
+    return freed

@@ -1,0 +1,301 @@
+"""Lifetime statistics: what every process that used a cache counted, per device, kept beside
+the cache so they outlive each process (``ccache -s``), reset with :meth:`Counters.zero`.
+
+Design (cheap on the HIT path, correct with many processes, no lock between processes):
+
+- each process writes only its own file, ``<folder>/<host>.<pid>.<token>.cnt``: fixed 64-byte
+  slots, one per (device fingerprint, counter), each holding that process's running count and
+  value (ms saved, or bytes for evictions) and a CRC-32. An event is one ``pwrite`` of one slot
+  into the page cache: no lock, no fsync, no read. A reader never sees a torn slot as a number
+  (the CRC fails, the read is retried);
+- a reader sums every file and subtracts the baseline that ``zero`` wrote (``zero``, replaced
+  whole by a rename), so zeroing never touches another process's file;
+- a process folds the files of dead processes of its host into its own when it opens its file:
+  it claims each by renaming it (only one claimer wins a rename), adds it to its own slots, and
+  removes the claim. The sum is unchanged, so the folder stays small and the baseline valid.
+
+Counter names are the outcomes of :class:`~clmagic.trip.records.Outcome` (``HIT``, ``MISS``, ... and
+any added later) and ``EVICT``; nothing here depends on which exist.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import secrets
+import socket
+import struct
+import threading
+import zlib
+from collections import defaultdict
+from collections.abc import Callable
+from pathlib import Path
+
+from clmagic.config import warn_once
+
+__all__ = ["Counters", "EVICT", "SLOT", "Tally", "counters_for"]
+
+#: the counter of entries evicted by a size limit (its value: bytes freed)
+EVICT = "EVICT"
+#: fingerprint, counter name, count, value, CRC-32 of the first 48 bytes
+SLOT = struct.Struct("<16s16sdd I 12x")
+_BODY = struct.Struct("<16s16sdd")
+_CRC = struct.Struct("<I12x")
+_SUFFIX = ".cnt"
+_CLAIM = ".claim"
+_ZERO = "zero"
+_MAX_FILE = 1 << 20  # no counter file is larger (16,384 slots)
+
+#: (fingerprint, counter) → [count, value]
+Tally = dict[tuple[str, str], list[float]]
+
+
+def _host() -> str:
+    name = socket.gethostname() or "host"
+    return "".join(c if c.isalnum() or c == "-" else "_" for c in name)[:40]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
+
+
+def _pack(fp: str, name: str, count: float, value: float) -> bytes:
+    body = _BODY.pack(fp.encode("ascii", "replace"), name.encode("ascii", "replace"),
+                      count, value)
+    return body + _CRC.pack(zlib.crc32(body))
+
+
+def _read(path: Path) -> Tally | None:
+    """The slots of one file, or ``None`` when a slot is torn (being written: read again)."""
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(_MAX_FILE + 1)
+    except OSError:
+        return {}
+    if len(data) > _MAX_FILE:
+        return {}  # not a counter file this clmagic wrote
+    out: Tally = {}
+    for off in range(0, len(data) - SLOT.size + 1, SLOT.size):
+        fp, name, count, value, crc = SLOT.unpack_from(data, off)
+        if zlib.crc32(data[off : off + _BODY.size]) != crc:
+            if not any(data[off : off + SLOT.size]):
+                continue  # a slot not written yet (sparse)
+            return None
+        key = (fp.rstrip(b"\0").decode("ascii", "replace"),
+               name.rstrip(b"\0").decode("ascii", "replace"))
+        if count == count and value == value:  # no NaN
+            slot = out.setdefault(key, [0.0, 0.0])
+            slot[0] += count
+            slot[1] += value
+    return out
+
+
+def _add(into: Tally, tally: Tally, sign: float = 1.0) -> None:
+    for key, (count, value) in tally.items():
+        slot = into.setdefault(key, [0.0, 0.0])
+        slot[0] += sign * count
+        slot[1] += sign * value
+
+
+_shared: dict[str, Counters] = {}
+_shared_lock = threading.Lock()
+
+
+def counters_for(folder: str | os.PathLike[str] | None) -> Counters:
+    """The process's counters for ``folder``: one per folder, however many stores are opened
+    on it (so a process writes one file, and opens it once)."""
+    if folder is None:
+        return Counters(None)
+    with _shared_lock:
+        c = _shared.get(os.fspath(folder))
+        if c is None:
+            c = _shared[os.fspath(folder)] = Counters(folder)
+        return c
+
+
+class Counters:
+    """Lifetime counters in ``folder`` (``None``: not kept, only this session's). Stores share
+    one per folder (:func:`counters_for`)."""
+
+    def __init__(self, folder: str | os.PathLike[str] | None):
+        self.folder = Path(folder) if folder is not None else None
+        self.session: Tally = defaultdict(lambda: [0.0, 0.0])
+        self._lock = threading.Lock()
+        self._pid = -1
+        self._fd: int | None = None
+        self._own: Tally = {}
+        self._slots: dict[tuple[str, str], int] = {}
+        self._todo: Tally = {}  # counted, not written yet
+        self._queued = False  # a flush is asked for
+        self._broken = folder is None
+
+    # -- writing -------------------------------------------------------------------------------
+
+    def add(self, fingerprint: str, name: str, count: float = 1, value: float = 0.0, *,
+            later: Callable[[Callable[[], None]], object] | None = None) -> None:
+        """Count ``count`` events ``name`` of a device (and ``value``: ms saved, bytes freed).
+        This session's count is there at once; the file is written now, or with ``later``
+        (e.g. a background thread's submit) by one :meth:`flush` for all the events counted
+        until it runs. Never raises: a folder that cannot be written turns lifetime counting
+        off, once."""
+        with self._lock:
+            slot = self.session[(fingerprint, name)]
+            slot[0] += count
+            slot[1] += value
+            if self._broken:
+                return
+            todo = self._todo.setdefault((fingerprint, name), [0.0, 0.0])
+            todo[0] += count
+            todo[1] += value
+            if later is None:
+                self._write_todo()
+                return
+            if self._queued:
+                return  # the flush already asked for writes this one too
+            self._queued = True
+        later(self.flush)
+
+    def flush(self) -> None:
+        """Write what :meth:`add` counted and has not written yet."""
+        with self._lock:
+            self._write_todo()
+
+    def _write_todo(self) -> None:
+        todo, self._todo, self._queued = self._todo, {}, False
+        if not todo or self._broken:
+            return
+        try:
+            if self._pid != os.getpid() and not self._open():
+                return  # no cache folder yet: nothing made in it unasked
+            for key, (count, value) in todo.items():
+                own = self._own.setdefault(key, [0.0, 0.0])
+                own[0] += count
+                own[1] += value
+                self._write(key)
+        except OSError as exc:
+            self._give_up(exc)
+
+    def _give_up(self, exc: OSError) -> None:
+        self._broken = True
+        if isinstance(exc, PermissionError) or exc.errno == errno.EROFS:
+            return  # a read-only cache: the store says so itself
+        warn_once(f"lifetime statistics in {self.folder} are not kept "
+                  f"({exc.strerror or exc}); this session's still are")
+
+    def _write(self, key: tuple[str, str]) -> None:
+        index = self._slots.get(key)
+        if index is None:
+            index = self._slots[key] = len(self._slots)
+        count, value = self._own[key]
+        assert self._fd is not None
+        os.pwrite(self._fd, _pack(key[0], key[1], count, value), index * SLOT.size)
+
+    def _open(self) -> bool:
+        """This process's own file (a forked child makes its own), after folding in the files
+        of this host's dead processes; ``False`` while the folder's parent (the cache) does
+        not exist yet."""
+        assert self.folder is not None
+        try:
+            self.folder.mkdir(mode=0o700, exist_ok=True)
+        except FileNotFoundError:
+            return False
+        if self._fd is not None and self._pid != os.getpid():
+            self._fd = None  # the parent's: never write to it (its slots are the parent's)
+        self._own, self._slots = {}, {}
+        name = f"{_host()}.{os.getpid()}.{secrets.token_hex(4)}{_SUFFIX}"
+        self._fd = os.open(self.folder / name, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        self._pid = os.getpid()
+        claims = self._claim_dead()
+        for claim in claims:
+            _add(self._own, _read(claim) or {})  # a torn slot of a dead writer: damage, skipped
+        for key in self._own:
+            self._write(key)
+        for claim in claims:  # folded: from now on only our own file holds these counts
+            try:
+                os.unlink(claim)
+            except OSError:
+                pass
+        return True
+
+    def _claim_dead(self) -> list[Path]:
+        """Take over the files of this host's processes that are gone (renamed to a claim of
+        this process first, so two processes never both take one)."""
+        assert self.folder is not None
+        host = _host() + "."
+        claims = []
+        for name in os.listdir(self.folder):
+            if not name.startswith(host):
+                continue
+            path = self.folder / name
+            if name.endswith(_CLAIM):  # a claimer died between its claim and its fold
+                owner = name[: -len(_CLAIM)].rsplit(".", 1)[-1]
+                if owner.isdigit() and not _alive(int(owner)):
+                    claims.append(path)
+                continue
+            parts = name[len(host):].split(".")
+            if not (name.endswith(_SUFFIX) and len(parts) == 3 and parts[0].isdigit()):
+                continue
+            if int(parts[0]) == os.getpid() or _alive(int(parts[0])):
+                continue
+            claim = self.folder / f"{name}.{os.getpid()}{_CLAIM}"
+            try:
+                os.rename(path, claim)
+            except OSError:
+                continue  # another process claimed it first
+            claims.append(claim)
+        return claims
+
+    # -- reading ---------------------------------------------------------------------------------
+
+    def _raw(self) -> Tally:
+        """The sum of every process's file (claims included: a claim's counts are in no other
+        file until its claimer has folded it, and then the claim is gone)."""
+        total: Tally = {}
+        if self.folder is None:
+            return total
+        with self._lock:
+            self._write_todo()
+            try:
+                names = os.listdir(self.folder)
+            except OSError:
+                return total
+            for name in names:
+                if not (name.endswith(_SUFFIX) or name.endswith(_CLAIM)):
+                    continue
+                for _ in range(5):
+                    tally = _read(self.folder / name)
+                    if tally is not None:
+                        _add(total, tally)
+                        break
+        return total
+
+    def lifetime(self) -> Tally:
+        """Every process's counts since the last :meth:`zero`, per (fingerprint, counter)."""
+        total = self._raw()
+        if self.folder is not None:
+            _add(total, _read(self.folder / _ZERO) or {}, -1.0)
+        return {k: [max(c, 0.0), max(v, 0.0)] for k, (c, v) in total.items() if c > 0 or v > 0}
+
+    def zero(self) -> None:
+        """Start the lifetime counts again from zero (this session's counts are kept)."""
+        if self.folder is None or not self.folder.is_dir():
+            return  # nothing counted yet
+        total = self._raw()
+        tmp = self.folder / f".{_ZERO}.{os.getpid()}.{secrets.token_hex(4)}"
+        with open(tmp, "wb") as fh:
+            fh.write(b"".join(_pack(fp, name, c, v) for (fp, name), (c, v) in total.items()))
+        os.replace(tmp, self.folder / _ZERO)
+
+    def close(self) -> None:
+        """Close this process's file (reopened, as a new file, on the next event)."""
+        with self._lock:
+            self._write_todo()
+            if self._fd is not None and self._pid == os.getpid():
+                os.close(self._fd)
+            self._fd, self._pid = None, -1

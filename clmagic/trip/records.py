@@ -1,0 +1,359 @@
+"""The history of build trips in this process, and the tally drawn from it."""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import weakref
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from clmagic.entry import Entry
+
+if TYPE_CHECKING:
+    from clmagic.opencl.devices import DeviceInfo
+
+__all__ = ["Outcome", "Record", "History", "Stats", "DeviceUsage", "from_origin",
+           "RECORD_LEVELS", "Tally", "tally_of"]
+
+
+class Outcome:
+    """How a build trip ended (plain strings, so they print and compare simply): the same words
+    in the line under a cell, the history DataFrame, ``stats()`` and the debug trace."""
+
+    MISS = "MISS"  # built by the driver (and saved when a store is writable)
+    HIT = "HIT"  # loaded from the persistent store
+    MEMORY = "MEMORY"  # served from this process's memory, no disk, no driver
+    REKEYED = "REKEYED"  # same code as a stored entry (comments or spacing changed): loaded
+    CORRUPT = "CORRUPT"  # a stored entry failed its checks: rebuilt and rewritten
+    BYPASS = "BYPASS"  # built with the cache bypassed (--no-cache)
+    FAILED = "FAILED"  # the driver refused the source (the note has its first error line)
+    ALL = (MISS, HIT, MEMORY, REKEYED, CORRUPT, BYPASS, FAILED)
+    #: trips served without a driver build
+    SERVED = (HIT, MEMORY, REKEYED)
+
+
+#: what ``CLMAGIC_RECORD`` may say: nothing recorded, each trip without its source, with it
+RECORD_LEVELS = ("off", "summary", "full")
+
+
+@dataclass(frozen=True)
+class Record:
+    """One build trip: what was built, for which device and key, how it ended and how long it
+    took. The history keeps it, the result under the cell shows it (``BuildResult.record``),
+    and the entry saved for a MISS is made from it (:meth:`entry`)."""
+
+    time: float
+    outcome: str
+    kernels: list[str]
+    ms: float
+    build_ms: float
+    device: DeviceInfo
+    key: str
+    options: str
+    preview: str
+    source: str | None = None
+    source_bytes: int = 0
+    headers: tuple[str, ...] = ()
+    build_log: str = ""
+    #: added to the source's line numbers in the build log (1 under a ``%%clkernel`` line)
+    line_offset: int = 0
+    #: before the trip's clock: choosing the device and making its context (its first use in
+    #: the process: pyopencl and the driver start up); ``ms`` does not include it
+    setup_ms: float = 0.0
+    saved_to_store: bool = False
+    note: str = ""
+    #: who asked for the build: ``cell`` (``%%clkernel`` or :func:`clmagic.build`), else the
+    #: module that called ``pyopencl.Program.build`` (``pyopencl.elementwise``, ``silx.…``)
+    origin: str = "cell"
+    #: the key of the source's code alone ("" when it cannot be rekeyed)
+    code_key: str = ""
+    #: the key of the source whose build made the binary and log, when not this one (REKEYED,
+    #: and HITs of a rekeyed entry): the log's line numbers are that source's
+    rekeyed_from: str = ""
+
+    @property
+    def fingerprint(self) -> str:
+        """The device fingerprint."""
+        return self.device.fingerprint
+
+    @property
+    def saved_ms(self) -> float:
+        """Build time avoided by this trip (0 for a build)."""
+        if self.outcome in Outcome.SERVED:
+            return max(self.build_ms - self.ms, 0.0)
+        return 0.0
+
+    def entry(self, binary: bytes) -> Entry:
+        """The store entry of this trip's build (``binary`` read out of the driver)."""
+        d = self.device
+        return Entry.create(
+            self.key, d.fingerprint, binary, kernels=self.kernels, options=self.options,
+            device=d.device_name, platform=d.platform_name, driver=d.driver_version,
+            device_version=d.device_version, platform_version=d.platform_version,
+            source_bytes=self.source_bytes, build_ms=round(self.build_ms, 3), created=self.time,
+            build_log=self.build_log, headers=list(self.headers), origin=self.origin,
+            code_key=self.code_key, rekeyed_from=self.rekeyed_from)
+
+
+@dataclass
+class History:
+    """Every trip of this process at record ``level`` (``off``: none is kept; ``summary``:
+    without sources; ``full``: with them); prints one debug line per event when ``debug``."""
+
+    debug: bool = False
+    level: str = "summary"
+    records: list[Record] = field(default_factory=list)
+    tally: Counter[str] = field(default_factory=Counter)
+    #: told after every trip and every clear made through clmagic (weakly held: a widget that
+    #: is gone is not kept alive by the history)
+    listeners: list[weakref.WeakMethod[Any]] = field(default_factory=list)
+
+    def listen(self, method: Any) -> None:
+        """Call the bound ``method()`` after each trip and each clear (see :meth:`changed`)."""
+        self.listeners.append(weakref.WeakMethod(method))
+
+    def changed(self) -> None:
+        """Tell the listeners that the session or the store changed."""
+        alive = []
+        for ref in list(self.listeners):
+            method = ref()
+            if method is not None:
+                alive.append(ref)
+                method()
+        self.listeners[:] = alive
+
+    @property
+    def keep_source(self) -> bool:
+        """Whether records keep the source (level ``full``)."""
+        return self.level == "full"
+
+    @property
+    def active(self) -> bool:
+        """Whether adding a record does anything (a record is kept or a debug line printed)."""
+        return self.level != "off" or self.debug
+
+    def add(self, record: Record) -> Record:
+        """Append a record (dropping its source unless the record level is ``full``; keeping
+        nothing at level ``off``); the compiler calls :meth:`changed` after it, outside its
+        lock."""
+        if self.level != "off":
+            if not self.keep_source and record.source is not None:
+                record = dataclasses.replace(record, source=None)
+            self.records.append(record)
+        detail = f"{record.ms:.1f} ms"
+        if record.outcome in (Outcome.REKEYED, Outcome.FAILED):
+            detail += f" · {record.note}"
+        self.event(record.outcome, record.key, record.kernels, count=True, detail=detail)
+        if record.saved_to_store:
+            self.event("SAVE", record.key, record.kernels, count=True)
+        return record
+
+    def settle(self, record: Record, saved: bool, note: str) -> None:
+        """Say how the background save of ``record`` (as :meth:`add` returned it) ended."""
+        for i in range(len(self.records) - 1, -1, -1):
+            if self.records[i] is record:
+                self.records[i] = dataclasses.replace(record, saved_to_store=saved, note=note)
+                break
+        if saved:
+            self.event("SAVE", record.key, record.kernels, count=True)
+
+    def event(self, what: str, key: str, kernels: list[str], count: bool = False,
+              detail: str = "") -> None:
+        """Print one ``clmagic: WHAT key kernels (tally)`` debug line to stderr."""
+        if count:
+            self.tally[what] += 1
+        if not self.debug:
+            return
+        t = self.tally
+        tally = (f"hits {t[Outcome.HIT]}, memory {t[Outcome.MEMORY]}, rekeyed "
+                 f"{t[Outcome.REKEYED]}, misses {t[Outcome.MISS]}, saves {t['SAVE']}, corrupt "
+                 f"{t[Outcome.CORRUPT]}, failed {t[Outcome.FAILED]}")
+        names = ",".join(kernels) or "-"
+        extra = f" {detail}" if detail else ""
+        print(f"clmagic: {what:<7} {key[:12]} {names}{extra} ({tally})", file=sys.stderr)
+
+    def clear(self) -> None:
+        """Forget the history."""
+        self.records.clear()
+        self.tally.clear()
+
+
+def from_origin(origin: str, wanted: str | None) -> bool:
+    """Whether a record's or entry's ``origin`` is ``wanted``: the same module or one inside it
+    (``pyopencl`` takes ``pyopencl.elementwise``); ``None`` takes every origin."""
+    return wanted is None or origin == wanted or origin.startswith(wanted + ".")
+
+
+@dataclass
+class DeviceUsage:
+    """What one device's entries take in the store."""
+
+    fingerprint: str
+    label: str
+    entries: int = 0
+    bytes: int = 0
+    hits: int = 0
+    #: every process's counts for this device since the last zeroing (``None``: not kept)
+    lifetime: Tally | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-able usage."""
+        return {"fingerprint": self.fingerprint, "label": self.label, "entries": self.entries,
+                "bytes": self.bytes, "hits": self.hits,
+                "lifetime": self.lifetime.as_dict() if self.lifetime is not None else None}
+
+
+#: outcomes left out of the hit rate: the cache bypassed, or a build the driver refused
+UNCACHED = (Outcome.BYPASS, Outcome.FAILED)
+
+
+@dataclass
+class Tally:
+    """Counts of trips by outcome (any outcome name), time saved, and evictions."""
+
+    counts: dict[str, int] = field(default_factory=dict)
+    saved_ms: float = 0.0
+    evictions: int = 0
+    evicted_bytes: int = 0
+
+    def __getitem__(self, outcome: str) -> int:
+        return self.counts.get(outcome, 0)
+
+    @property
+    def hit_rate(self) -> float | None:
+        """Share of cached trips (not BYPASS nor FAILED) served without a driver build (HIT,
+        MEMORY, REKEYED); ``None`` before any trip."""
+        total = sum(n for o, n in self.counts.items() if o not in UNCACHED)
+        return sum(self[o] for o in Outcome.SERVED) / total if total else None
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-able counts."""
+        return {"counts": dict(self.counts), "hit_rate": self.hit_rate,
+                "saved_ms": self.saved_ms, "evictions": self.evictions,
+                "evicted_bytes": self.evicted_bytes}
+
+
+def tally_of(counters: dict[tuple[str, str], list[float]],
+             fingerprint: str | None = None) -> Tally:
+    """The lifetime :class:`Tally` from counters keyed by (fingerprint, name) with [count,
+    value] (``value``: ms saved, bytes for evictions), of one device or all."""
+    out = Tally()
+    for (fp, name), (count, value) in counters.items():
+        if fingerprint is not None and fp != fingerprint:
+            continue
+        if name == "EVICT":
+            out.evictions += int(count)
+            out.evicted_bytes += int(value)
+        else:
+            out.counts[name] = out.counts.get(name, 0) + int(count)
+            out.saved_ms += value
+    return out
+
+
+@dataclass
+class Stats:
+    """This session's build trips and the store's lifetime figures, with what the store holds
+    per device.
+
+    ``session`` counts this process's trips (from the history) and the evictions its saves
+    caused; ``lifetime`` every process's since the last zeroing (``None`` where the store keeps
+    none); ``hit_rate`` is the share of cached trips (not BYPASS nor FAILED) that did not
+    need the driver's build (HIT, MEMORY, REKEYED); ``saved_ms`` is original build time minus
+    load time, summed.
+    """
+
+    session: Tally = field(default_factory=Tally)
+    lifetime: Tally | None = None
+    location: str = "memory only"
+    devices: list[DeviceUsage] = field(default_factory=list)
+    max_size: int = 0
+
+    @classmethod
+    def of(cls, records: list[Record], **kwargs: Any) -> Stats:
+        """Count ``records`` (other fields from ``kwargs``)."""
+        n = Counter(r.outcome for r in records)
+        session = Tally(counts=dict(n), saved_ms=sum(r.saved_ms for r in records))
+        return cls(session=session, **kwargs)
+
+    @property
+    def hits(self) -> int:
+        """Store hits this session."""
+        return self.session[Outcome.HIT]
+
+    @property
+    def misses(self) -> int:
+        """Misses this session."""
+        return self.session[Outcome.MISS]
+
+    @property
+    def memory(self) -> int:
+        """Memory hits this session."""
+        return self.session[Outcome.MEMORY]
+
+    @property
+    def corrupt(self) -> int:
+        """Corrupt entries met this session."""
+        return self.session[Outcome.CORRUPT]
+
+    @property
+    def bypass(self) -> int:
+        """Builds that bypassed the cache this session."""
+        return self.session[Outcome.BYPASS]
+
+    @property
+    def rekeyed(self) -> int:
+        """Entries of the same code loaded under a new key this session."""
+        return self.session[Outcome.REKEYED]
+
+    @property
+    def failed(self) -> int:
+        """Builds the driver refused this session."""
+        return self.session[Outcome.FAILED]
+
+    @property
+    def saved_ms(self) -> float:
+        """Build time this session's hits avoided."""
+        return self.session.saved_ms
+
+    @property
+    def hit_rate(self) -> float | None:
+        """This session's hit rate (see :attr:`Tally.hit_rate`)."""
+        return self.session.hit_rate
+
+    @property
+    def entries(self) -> int:
+        """Entries in the store, all devices."""
+        return sum(d.entries for d in self.devices)
+
+    @property
+    def bytes(self) -> int:
+        """Bytes the store's entries take, all devices."""
+        return sum(d.bytes for d in self.devices)
+
+    def outcomes(self) -> list[str]:
+        """Every outcome counted (session or lifetime), known ones first."""
+        seen = list(Outcome.ALL)
+        for t in (self.session, self.lifetime):
+            for name in t.counts if t is not None else ():
+                if name not in seen:
+                    seen.append(name)
+        return seen
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-able statistics."""
+        return {"location": self.location, "entries": self.entries, "bytes": self.bytes,
+                "max_size": self.max_size, "session": self.session.as_dict(),
+                "lifetime": self.lifetime.as_dict() if self.lifetime is not None else None,
+                "devices": [d.as_dict() for d in self.devices]}
+
+    def __str__(self) -> str:
+        from clmagic.show.cache import stats_text  # not on the build path: loaded when shown
+
+        return stats_text(self)
+
+    def _repr_html_(self) -> str:
+        from clmagic.show.cache import stats_html
+
+        return stats_html(self)

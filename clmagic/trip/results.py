@@ -1,0 +1,78 @@
+"""What a build hands back: :class:`BuildResult` (one device, kernels made: ``%%clkernel`` and
+:func:`clmagic.build`) and :class:`ProgramBuild` (a caller's context and devices, no kernels:
+the pyopencl hook). Both carry the trip's records; neither repeats their fields."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pyopencl as cl
+
+from clmagic.key.options import BuildOptions
+from clmagic.trip.records import Record
+from clmagic.show.line import result_html, result_text
+from clmagic.trip.background import Pending
+
+__all__ = ["BuildResult", "ProgramBuild"]
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    """What one build trip produced: the program and its kernels, the context and queue they
+    live in, the options as written and as passed, and the trip's :class:`Record` (outcome,
+    times, key, device, note), whose fields read through as attributes."""
+
+    program: cl.Program
+    kernels: dict[str, cl.Kernel]
+    context: cl.Context
+    queue: cl.CommandQueue
+    options: BuildOptions
+    record: Record
+    #: the save of a MISS, done in the background (``None``: nothing to save)
+    pending: Pending[Record] | None = field(default=None, repr=False, compare=False)
+
+    outcome = property(lambda self: self.record.outcome, doc="How the trip ended (Outcome).")
+    ms = property(lambda self: self.record.ms, doc="The trip's time in ms.")
+    build_ms = property(lambda self: self.record.build_ms, doc="The driver's build time, ms.")
+    key = property(lambda self: self.record.key, doc="The cache key.")
+    device = property(lambda self: self.record.device, doc="The device (DeviceInfo).")
+    saved = property(lambda self: self.settled.saved_to_store,
+                     doc="Written to the store (waits for a save under way).")
+    note = property(lambda self: self.settled.note,
+                    doc="What happened, in words (waits for a save under way).")
+    build_log = property(lambda self: self.record.build_log, doc="The driver's build log.")
+    saved_ms = property(lambda self: self.record.saved_ms, doc="Build time this trip avoided.")
+
+    @property
+    def settled(self) -> Record:
+        """The trip's record once its save (if any) has finished: waits for it."""
+        return self.pending.wait() if self.pending is not None else self.record
+
+    @property
+    def latest(self) -> Record:
+        """The trip's record as it stands now (``saving`` while the save runs): no waiting."""
+        return self.pending.value if self.pending is not None else self.record
+
+    def __getitem__(self, name: str) -> cl.Kernel:
+        return self.kernels[name]
+
+    def summary(self) -> str:
+        """The one-line report, as plain text."""
+        return result_text(self)
+
+    def __repr__(self) -> str:
+        return self.summary()
+
+    def _repr_html_(self) -> str:
+        return result_html(self)
+
+
+@dataclass(frozen=True)
+class ProgramBuild:
+    """What :meth:`Compiler.build_program` hands back: the driver's program (no kernels made)
+    and one record per device."""
+
+    program: cl.Program
+    outcome: str
+    records: list[Record]
+    build_log: str = ""
