@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from clmagic._format import map_log_lines
+
 __all__ = ["ClmagicError", "DeviceError", "OptionsError", "BuildError", "CorruptEntry"]
 
 
@@ -28,8 +30,6 @@ class BuildError(ClmagicError):
     """The driver refused to build the source; carries the driver's build log."""
 
     def __init__(self, log: str, *, options: str, device: str, line_offset: int = 0):
-        from clmagic.show.line import map_log_lines  # not at import: the magics' errors need none of it
-
         self.raw_log = log
         self.log = map_log_lines(log.strip(), line_offset) or "(the driver gave no build log)"
         self.options = options

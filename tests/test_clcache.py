@@ -54,7 +54,7 @@ def test_clear_by_key_prefix_removes_exactly_those(shell, compiler, cache_dir, f
     expected_bytes = size_of(cache_dir, gone)
     with capture_output() as cap:
         shell.run_cell(f"%clcache clear {gone.key[:10]}")
-    assert f"removed 1 entry ({clmagic.show.line.fmt_bytes(expected_bytes)})" in cap.stdout
+    assert f"removed 1 entry ({clmagic._format.fmt_bytes(expected_bytes)})" in cap.stdout
     assert stored(compiler) == {r.key for r in filled.values()} - {gone.key}
     two = [filled["p0"].key[:8], filled["p2"].key[:12]]
     removed = clcache(shell, "clear " + " ".join(two))
@@ -68,7 +68,7 @@ def test_clear_reports_entries_and_bytes(shell, compiler, cache_dir, filled, poc
     want = sum(size_of(cache_dir, filled[k]) for k in ("p0", "p1", "p2"))
     removed = clcache(shell, f"clear --device {pocl}")
     assert (removed.entries, removed.bytes) == (3, want)
-    assert str(removed).startswith(f"removed 3 entries ({clmagic.show.line.fmt_bytes(want)})")
+    assert str(removed).startswith(f"removed 3 entries ({clmagic._format.fmt_bytes(want)})")
     assert stored(compiler) == {filled["o0"].key}
 
 

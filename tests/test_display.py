@@ -12,7 +12,7 @@ import pytest
 from conftest import child_env
 from IPython.utils.capture import capture_output
 
-from clmagic.show.line import fmt_ms
+from clmagic._format import fmt_ms
 
 WARNS = """\
 __kernel void w(__global int *a)

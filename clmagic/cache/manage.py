@@ -19,7 +19,7 @@ from clmagic.config import parse_age, parse_size
 from clmagic.errors import ClmagicError, DeviceError, OptionsError
 from clmagic.store.lifetime import counters_for
 from clmagic.trip.records import DeviceUsage, Stats, from_origin, tally_of
-from clmagic.show.line import fmt_bytes
+from clmagic._format import fmt_bytes
 from clmagic.show.cache import info_html, info_text, removed_html, removed_text
 
 if TYPE_CHECKING:

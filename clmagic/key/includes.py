@@ -33,9 +33,9 @@ compiler (whose error is shown); a name that exists but is not a regular file is
 
 from __future__ import annotations
 
+import errno
 import os
 import re
-import stat
 import threading
 from collections import deque
 from collections.abc import Iterable, Sequence
@@ -43,6 +43,7 @@ from typing import NamedTuple
 
 from clmagic.errors import ClmagicError
 from clmagic._memo import remember
+from clmagic.store._fs import TooLarge, read_regular
 
 
 class Unkeyable(ClmagicError):
@@ -275,24 +276,23 @@ class Headers(list[tuple[str, bytes]]):
 
 
 def _read(path: str) -> tuple[bytes, tuple[str, int, int, int, int]] | None:
+    """A candidate header's bytes and identity (the one safe read of
+    :func:`~clmagic.store._fs.read_regular`: a FIFO never waited on, the read bounded), or
+    ``None`` where the compiler's search finds nothing: missing, or a folder (clang skips a
+    folder and looks on); anything else it cannot read is "cannot tell"."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        data, st = read_regular(path, MAX_HEADER_BYTES, follow=True)  # the compiler follows links
     except FileNotFoundError:
         return None
+    except TooLarge:
+        raise Unkeyable(f"the includes go past what a key can cover ({MAX_HEADER_BYTES >> 20} "
+                        f"MiB a header at most; {path})") from None
     except OSError as exc:
-        if os.path.isdir(path) or not os.path.lexists(path):
+        if exc.errno == errno.EISDIR or os.path.isdir(path) or not os.path.lexists(path):
             return None  # a folder is skipped by the compiler's search too
         raise Unkeyable(f"{path} cannot be read ({exc.strerror}): cannot tell what the "
                         "compiler reads there") from None
-    with os.fdopen(fd, "rb") as fh:
-        st = os.fstat(fd)
-        if stat.S_ISDIR(st.st_mode):
-            return None
-        if not stat.S_ISREG(st.st_mode):
-            raise Unkeyable(f"{path} is not a regular file: cannot tell what the compiler "
-                            "reads there")
-        return fh.read(MAX_HEADER_BYTES + 1), (path, st.st_dev, st.st_ino, st.st_size,
-                                               st.st_mtime_ns)
+    return data, (path, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
 
 
 def find_headers(

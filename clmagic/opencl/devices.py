@@ -12,7 +12,7 @@ import pyopencl as cl
 
 from clmagic.opencl import driver
 from clmagic.errors import DeviceError
-from clmagic.show.line import device_label
+from clmagic._format import device_label
 
 __all__ = [
     "DeviceInfo",

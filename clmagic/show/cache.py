@@ -12,7 +12,7 @@ import html
 import time
 from typing import TYPE_CHECKING
 
-from clmagic.show.line import count_of, fmt_bytes, fmt_duration, fmt_ms, short_key
+from clmagic._format import count_of, fmt_bytes, fmt_duration, fmt_ms, short_key
 
 if TYPE_CHECKING:
     from clmagic.cache.bundle import BundleReport, ImportReport

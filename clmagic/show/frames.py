@@ -17,8 +17,8 @@ from clmagic.entry import META_FIELDS, Usage, sane_time
 from clmagic.process.session import or_default
 from clmagic.cache.manage import device_fingerprints, entry_origin
 from clmagic.trip.records import from_origin
-from clmagic.show.line import (count_of, device_label, fmt_bytes, fmt_ms, fmt_time, short_key,
-                     table_html)
+from clmagic._format import count_of, device_label, fmt_bytes, fmt_ms, fmt_time, short_key
+from clmagic.show.line import table_html
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -1,24 +1,25 @@
-"""The line under a cell, as text and as HTML, with its build log, and the formats every
-rendering shares (durations, sizes, times, keys, device names, tables); the renderings of the
-cache (statistics, clears, the panel, bundles) are :mod:`clmagic.show.cache`'s.
+"""The line under a cell, as text and as HTML, with its build log, and the HTML table every
+rendering shares; the renderings of the cache (statistics, clears, the panel, bundles) are
+:mod:`clmagic.show.cache`'s, the plain formats (durations, sizes, keys, device names, a log's
+locations) :mod:`clmagic._format`'s, on the ground floor, because layers below need them too.
 
-It imports nothing of clmagic at run time (the types below are for the checker only), so every
-layer may use it (errors.py too, for a failed build's log) and it depends on none.
+It imports nothing of clmagic at run time but those formats (the types below are for the checker
+only): a build result gets its line from here through :mod:`clmagic.show.views`, and the build
+trip never imports a renderer.
 """
 
 from __future__ import annotations
 
 import html
 import re
-import time
 from typing import TYPE_CHECKING
+
+from clmagic._format import count_of, fmt_ms, map_log_lines
 
 if TYPE_CHECKING:
     from clmagic.trip.results import BuildResult
 
-__all__ = ["result_text", "result_html", "result_bundle", "fmt_bytes", "fmt_duration", "COLOURS",
-           "map_log_lines", "shown_log", "device_label", "count_of", "table_html", "short_key",
-           "fmt_ms", "fmt_time"]
+__all__ = ["result_text", "result_html", "result_bundle", "COLOURS", "shown_log", "table_html"]
 
 COLOURS = {
     "MISS": "#c0392b",
@@ -33,38 +34,6 @@ _WORD = {"BYPASS": "BUILD"}
 #: a device's first use (its context made) is said on the line from this many ms
 _SETUP_SHOWN_MS = 5.0
 _WARNING = re.compile(r"\bwarning:", re.IGNORECASE)
-
-
-def _ms(ms: float) -> str:
-    return f"{ms:.2f} ms" if ms < 10 else f"{ms:.1f} ms"
-
-
-#: every duration in a table or a line: ``0.05 ms``, ``5.72 ms``, ``512.3 ms`` (one style)
-fmt_ms = _ms
-
-
-def fmt_time(t: float) -> str:
-    """A moment to the second, in UTC: ``2026-12-01 16:02:11 UTC``."""
-    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(t))
-
-
-def short_key(key: str) -> str:
-    """The first 12 hex digits of a key, enough to tell entries apart and to clear one."""
-    return key[:12] + "…" if len(key) > 12 else key
-
-
-def count_of(n: int, word: str) -> str:
-    """``1 entry``, ``2 entries``, ``0 warnings``."""
-    if n == 1:
-        return f"1 {word}"
-    return f"{n} {word[:-1]}ies" if word.endswith("y") else f"{n} {word}s"
-
-
-def device_label(platform_name: str, device_name: str) -> str:
-    """A device's one short name everywhere: ``POCL pthread-AMD EPYC``, ``Oclgrind Simulator``,
-    ``NVIDIA H200`` (the platform only where the device name does not already say it)."""
-    plat = "POCL" if "portable computing language" in platform_name.lower() else platform_name
-    return device_name if plat.lower() in device_name.lower() else f"{plat} {device_name}"
 
 
 def table_html(head: list[str], rows: list[list[str]], note: str = "",
@@ -87,20 +56,20 @@ def table_html(head: list[str], rows: list[list[str]], note: str = "",
 def _parts(r: BuildResult) -> list[str]:
     names = ", ".join(r.kernels) or "(no kernels)"
     if r.outcome == "HIT":
-        timing = f"loaded in {_ms(r.ms)} (build was {_ms(r.build_ms)})"
+        timing = f"loaded in {fmt_ms(r.ms)} (build was {fmt_ms(r.build_ms)})"
     elif r.outcome == "MEMORY":
-        timing = f"{_ms(r.ms)} from memory (build was {_ms(r.build_ms)})"
+        timing = f"{fmt_ms(r.ms)} from memory (build was {fmt_ms(r.build_ms)})"
     elif r.outcome == "REKEYED":
-        timing = f"loaded in {_ms(r.ms)} (build was {_ms(r.build_ms)})"
+        timing = f"loaded in {fmt_ms(r.ms)} (build was {fmt_ms(r.build_ms)})"
     elif r.outcome == "CORRUPT":
-        timing = f"rebuilt in {_ms(r.build_ms)} (stored entry was damaged)"
+        timing = f"rebuilt in {fmt_ms(r.build_ms)} (stored entry was damaged)"
     else:
-        timing = f"built in {_ms(r.build_ms)}"
+        timing = f"built in {fmt_ms(r.build_ms)}"
     if r.outcome != "HIT" and r.ms - r.build_ms > max(1.0, 0.05 * r.ms):
-        timing += f", {_ms(r.ms)} in all"  # the key, the store, the save: r.ms is the trip
+        timing += f", {fmt_ms(r.ms)} in all"  # the key, the store, the save: r.ms is the trip
     setup = r.record.setup_ms
     if setup >= _SETUP_SHOWN_MS:  # where a fresh kernel's first cell spends its time
-        timing += f" + {_ms(setup)} to set up the device (first use)"
+        timing += f" + {fmt_ms(setup)} to set up the device (first use)"
     parts = [names, timing, r.device.label]
     if r.outcome == "REKEYED":  # "same code as 3f5a…: only comments or spacing changed" first
         parts = [names, r.note, timing, r.device.label]
@@ -125,31 +94,6 @@ def _log_title(r: BuildResult) -> str:
     if not origin:
         return "build log"
     return f"build log of {origin[:4]}… (the first build of this code: its line numbers)"
-
-
-_LOC = re.compile(
-    r"(?:^|(?<=\s))(?P<file>[^\s:]+):(?P<line>\d+):(?:(?P<col>\d+):)?", re.MULTILINE
-)
-
-
-def _is_main_source(name: str) -> bool:
-    """The driver's name for the program source: a temp ``*.cl`` file, ``input.cl``,
-    ``<kernel>``/``<source>`` (NVIDIA), as opposed to an included header."""
-    return name.endswith(".cl") or (name.startswith("<") and name.endswith(">"))
-
-
-def map_log_lines(log: str, line_offset: int = 0) -> str:
-    """Rewrite locations of the program source in a driver build log (``/tmp/x.cl:3:12:``,
-    ``<kernel>:3:12:``) to ``line N:12:``, shifted by ``line_offset`` so they match the notebook
-    cell's own numbering. Locations in included headers keep their file name."""
-
-    def repl(m: re.Match[str]) -> str:
-        if not _is_main_source(m["file"]):
-            return m[0]
-        col = f":{m['col']}" if m["col"] else ""
-        return f"line {int(m['line']) + line_offset}{col}:"
-
-    return _LOC.sub(repl, log)
 
 
 def shown_log(r: BuildResult) -> str:
@@ -209,23 +153,3 @@ def _html(r: BuildResult, parts: list[str]) -> str:
         f'<div class="clmagic-result" data-outcome="{word}" title="key {r.key}" '
         f'style="font-family:monospace;font-size:90%">{badge} {body}{log}</div>'
     )
-
-
-def fmt_bytes(n: int) -> str:
-    """``512 B``, ``12.3 KB``, ``4.56 MB`` (powers of 1000)."""
-    if n < 1000:
-        return f"{n} B"
-    if n < 1_000_000:
-        return f"{n / 1000:.1f} KB"
-    if n < 1_000_000_000:
-        return f"{n / 1_000_000:.2f} MB"
-    return f"{n / 1_000_000_000:.2f} GB"
-
-
-def fmt_duration(ms: float) -> str:
-    """``850 ms``, ``12.4 s``, ``3.2 min``."""
-    if ms < 1000:
-        return f"{ms:.0f} ms"
-    if ms < 60_000:
-        return f"{ms / 1000:.1f} s"
-    return f"{ms / 60_000:.1f} min"

@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 from clmagic.process.session import or_default
 from clmagic.trip.records import Outcome
-from clmagic.show.line import COLOURS, fmt_duration
+from clmagic._format import fmt_duration
+from clmagic.show.line import COLOURS
 
 if TYPE_CHECKING:
     from clmagic.trip.compiler import Compiler

@@ -10,7 +10,8 @@ import stat
 from pathlib import Path
 
 __all__ = ["hostile", "private_folder", "private_file", "refusal", "check_creatable",
-           "O_NOFOLLOW", "NotAFile", "kind_of", "open_regular", "check_regular", "repair_folder"]
+           "O_NOFOLLOW", "NotAFile", "TooLarge", "kind_of", "open_regular", "read_regular",
+           "check_regular", "repair_folder"]
 
 #: ``os.O_NOFOLLOW`` where the platform has it
 O_NOFOLLOW: int = getattr(os, "O_NOFOLLOW", 0)
@@ -99,10 +100,19 @@ def kind_of(mode: int) -> str:
 
 class NotAFile(OSError):
     """Something that is not a regular file where one was expected (a FIFO, a directory, a
-    device, a symlink, a socket); the message says what was found."""
+    device, a symlink, a socket); the message says what was found, ``errno`` is ``EISDIR`` for
+    a directory (which a compiler's search skips) and ``EINVAL`` for the rest."""
 
     def __str__(self) -> str:
         return self.strerror or "not a regular file"
+
+
+class TooLarge(OSError):
+    """A regular file larger than anything clmagic writes there: not read (a planted giant
+    would otherwise be read into memory whole)."""
+
+    def __str__(self) -> str:
+        return self.strerror or "too large"
 
 
 def check_regular(path: Path | str, follow: bool = False) -> None:
@@ -138,10 +148,40 @@ def open_regular(path: Path | str, flags: int = os.O_RDONLY, mode: int = 0o600,
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise NotAFile(errno.EINVAL, f"{Path(path).name} is {kind_of(st.st_mode)}, "
-                           "not a file", str(path))
+            code = errno.EISDIR if stat.S_ISDIR(st.st_mode) else errno.EINVAL
+            raise NotAFile(code, f"{Path(path).name} is {kind_of(st.st_mode)}, not a file",
+                           str(path))
         os.set_blocking(fd, True)
     except BaseException:
         os.close(fd)
         raise
     return fd
+
+
+def read_regular(path: Path | str, limit: int, follow: bool = False
+                 ) -> tuple[bytes, os.stat_result]:
+    """The bytes of the regular file ``path`` (at most ``limit``) and its ``fstat``, read the
+    one safe way every reader of a cache or include folder uses: opened by
+    :func:`open_regular` (never blocks on a FIFO or a device, no symlink followed unless
+    ``follow``), its size checked before a byte is read, the read bounded (a file that grows
+    while read is caught too). Raises :class:`NotAFile`, :class:`TooLarge`, or the
+    ``OSError`` of the open (``FileNotFoundError`` for a missing file)."""
+    fd = open_regular(path, follow=follow)
+    try:
+        st = os.fstat(fd)
+        if st.st_size > limit:
+            raise TooLarge(errno.EFBIG, f"{Path(path).name} is {st.st_size:,} bytes, over the "
+                           f"{limit:,} a file there can be", str(path))
+        chunks, got = [], 0
+        while got <= limit:
+            chunk = os.read(fd, min(limit + 1 - got, 1 << 20))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            got += len(chunk)
+        if got > limit:
+            raise TooLarge(errno.EFBIG, f"{Path(path).name} grew past {limit:,} bytes while "
+                           "read", str(path))
+        return b"".join(chunks), st
+    finally:
+        os.close(fd)
