@@ -17,6 +17,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import NamedTuple
 
+from clmagic._format import fmt_bytes
 from clmagic.config import warn_once
 from clmagic.entry import Entry, seal, signed
 from clmagic.errors import CorruptEntry
@@ -281,8 +282,6 @@ class Store(ABC):
         when it cannot: the store is left as it is)."""
         if not self.max_size or size <= self.max_size:
             return True
-        from clmagic.show.line import fmt_bytes
-
         self._reason = (f"the entry ({fmt_bytes(size)}) is larger than the cache's size limit "
                         f"({fmt_bytes(self.max_size)})")
         warn_once(f"cache {self.location}: {self._reason}; not saved (raise "
