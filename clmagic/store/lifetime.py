@@ -14,8 +14,9 @@ Design (cheap on the HIT path, correct with many processes, no lock between proc
   it claims each by renaming it (only one claimer wins a rename), adds it to its own slots, and
   removes the claim. The sum is unchanged, so the folder stays small and the baseline valid.
 
-Counter names are the outcomes of :class:`~clmagic.trip.records.Outcome` (``HIT``, ``MISS``, ... and
-any added later) and ``EVICT``; nothing here depends on which exist.
+Counter names are the outcomes of :class:`~clmagic.outcome.Outcome` (``HIT``, ``MISS``, ... and
+any added later) and ``EVICT``, kept as plain strings: a file may hold a name a newer clmagic
+counts, and nothing here depends on which exist.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import errno
 import os
 import secrets
 import socket
+import stat
 import struct
 import threading
 import zlib
@@ -31,9 +33,10 @@ from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
 
-from clmagic.config import warn_once
+from clmagic._warn import warn_once
+from clmagic.store._fs import O_NOFOLLOW, read_regular
 
-__all__ = ["Counters", "EVICT", "SLOT", "Tally", "counters_for"]
+__all__ = ["Counters", "EVICT", "MAX_NUMBER", "SLOT", "Tally", "counters_for"]
 
 #: the counter of entries evicted by a size limit (its value: bytes freed)
 EVICT = "EVICT"
@@ -71,15 +74,31 @@ def _pack(fp: str, name: str, count: float, value: float) -> bytes:
     return body + _CRC.pack(zlib.crc32(body))
 
 
+#: the largest count or value a slot may hold: a float adds whole numbers exactly up to 2**53
+#: (285,000 years of milliseconds saved); anything above, infinite, NaN or negative is damage
+MAX_NUMBER = float(1 << 53)
+
+
+def _usable(number: float) -> bool:
+    return 0.0 <= number <= MAX_NUMBER  # False for NaN and ±inf too
+
+
+def _damaged(path: Path, why: str) -> None:
+    warn_once(f"lifetime statistics: {path.name} in {path.parent} {why}; ignored")
+
+
 def _read(path: Path) -> Tally | None:
-    """The slots of one file, or ``None`` when a slot is torn (being written: read again)."""
+    """The slots of one file, or ``None`` when a slot is torn (being written: read again).
+    Read the one safe way (:func:`~clmagic.store._fs.read_regular`: a FIFO or a device planted
+    in the folder is never waited on); what is not a counter file, and every slot whose numbers
+    are not finite, non-negative and bounded, is damage: left out, with one warning."""
     try:
-        with open(path, "rb") as fh:
-            data = fh.read(_MAX_FILE + 1)
-    except OSError:
+        data, _ = read_regular(path, _MAX_FILE)
+    except (FileNotFoundError, NotADirectoryError):
+        return {}  # gone (folded by its owner), or no folder yet
+    except OSError as exc:  # NotAFile, TooLarge (not a counter file this clmagic wrote), ...
+        _damaged(path, f"cannot be read ({exc})")
         return {}
-    if len(data) > _MAX_FILE:
-        return {}  # not a counter file this clmagic wrote
     out: Tally = {}
     for off in range(0, len(data) - SLOT.size + 1, SLOT.size):
         fp, name, count, value, crc = SLOT.unpack_from(data, off)
@@ -87,13 +106,22 @@ def _read(path: Path) -> Tally | None:
             if not any(data[off : off + SLOT.size]):
                 continue  # a slot not written yet (sparse)
             return None
+        if not (_usable(count) and _usable(value)):
+            _damaged(path, f"holds a count that cannot be right ({count!r}, {value!r})")
+            continue
         key = (fp.rstrip(b"\0").decode("ascii", "replace"),
                name.rstrip(b"\0").decode("ascii", "replace"))
-        if count == count and value == value:  # no NaN
-            slot = out.setdefault(key, [0.0, 0.0])
-            slot[0] += count
-            slot[1] += value
+        slot = out.setdefault(key, [0.0, 0.0])
+        slot[0] += count
+        slot[1] += value
     return out
+
+
+def _regular(path: Path) -> bool:
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
 
 
 def _add(into: Tally, tally: Tally, sign: float = 1.0) -> None:
@@ -143,7 +171,9 @@ class Counters:
         This session's count is there at once; the file is written now, or with ``later``
         (e.g. a background thread's submit) by one :meth:`flush` for all the events counted
         until it runs. Never raises: a folder that cannot be written turns lifetime counting
-        off, once."""
+        off, once. ``name`` is an :class:`~clmagic.outcome.Outcome` or :data:`EVICT`; it is
+        kept as its plain string, like the names read back from the files."""
+        name = str(name)
         with self._lock:
             slot = self.session[(fingerprint, name)]
             slot[0] += count
@@ -235,14 +265,14 @@ class Counters:
             path = self.folder / name
             if name.endswith(_CLAIM):  # a claimer died between its claim and its fold
                 owner = name[: -len(_CLAIM)].rsplit(".", 1)[-1]
-                if owner.isdigit() and not _alive(int(owner)):
+                if owner.isdigit() and not _alive(int(owner)) and _regular(path):
                     claims.append(path)
                 continue
             parts = name[len(host):].split(".")
             if not (name.endswith(_SUFFIX) and len(parts) == 3 and parts[0].isdigit()):
                 continue
-            if int(parts[0]) == os.getpid() or _alive(int(parts[0])):
-                continue
+            if int(parts[0]) == os.getpid() or _alive(int(parts[0])) or not _regular(path):
+                continue  # a live process's, or planted (a FIFO is never claimed nor read)
             claim = self.folder / f"{name}.{os.getpid()}{_CLAIM}"
             try:
                 os.rename(path, claim)
@@ -277,20 +307,30 @@ class Counters:
 
     def lifetime(self) -> Tally:
         """Every process's counts since the last :meth:`zero`, per (fingerprint, counter)."""
-        total = self._raw()
-        if self.folder is not None:
-            _add(total, _read(self.folder / _ZERO) or {}, -1.0)
-        return {k: [max(c, 0.0), max(v, 0.0)] for k, (c, v) in total.items() if c > 0 or v > 0}
+        return self._since_zero(self._raw())
 
-    def zero(self) -> None:
-        """Start the lifetime counts again from zero (this session's counts are kept)."""
+    def _since_zero(self, total: Tally) -> Tally:
+        """``total`` (a :meth:`_raw` sum) less the baseline the last :meth:`zero` wrote."""
+        since = {k: list(v) for k, v in total.items()}
+        if self.folder is not None:
+            _add(since, _read(self.folder / _ZERO) or {}, -1.0)
+        return {k: [min(max(c, 0.0), MAX_NUMBER), min(max(v, 0.0), MAX_NUMBER)]
+                for k, (c, v) in since.items() if c > 0 or v > 0}
+
+    def zero(self) -> bool:
+        """Start the lifetime counts again from zero (this session's counts are kept). Returns
+        whether there was anything to zero (no lifetime count above zero: nothing written)."""
         if self.folder is None or not self.folder.is_dir():
-            return  # nothing counted yet
+            return False  # nothing counted yet
         total = self._raw()
+        if not self._since_zero(total):
+            return False
         tmp = self.folder / f".{_ZERO}.{os.getpid()}.{secrets.token_hex(4)}"
-        with open(tmp, "wb") as fh:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "wb") as fh:
             fh.write(b"".join(_pack(fp, name, c, v) for (fp, name), (c, v) in total.items()))
         os.replace(tmp, self.folder / _ZERO)
+        return True
 
     def close(self) -> None:
         """Close this process's file (reopened, as a new file, on the next event)."""
