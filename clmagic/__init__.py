@@ -110,7 +110,9 @@ def uninstall() -> bool:
 
 
 def load_ipython_extension(ip: InteractiveShell) -> None:
-    """``%load_ext clmagic``: register the magics (configurable with ``%config CLMagics``)."""
+    """``%load_ext clmagic``: register the magics (configurable with ``%config CLMagics``);
+    making them gives the shell's formatters the views of clmagic's results and reports
+    (:func:`clmagic.show.views.register`)."""
     from clmagic.ipython.magics import CLMagics
 
     magics = CLMagics(shell=ip)
@@ -133,3 +135,19 @@ def _flush_before_cell(info: object = None) -> None:
 
 def unload_ipython_extension(ip: InteractiveShell) -> None:
     """``%unload_ext clmagic``: nothing to tear down; kept for symmetry."""
+
+
+def _show_in_ipython() -> None:
+    """In a running IPython, give its formatters the views of clmagic's results and reports, so
+    ``clmagic.build(...)`` as a cell's value shows its line without ``%load_ext clmagic``. The
+    data types import no renderer; the views are registered by type name, so this imports
+    nothing of the build trip (only :mod:`clmagic.show.views`, a table of names)."""
+    ipython = sys.modules.get("IPython")  # not imported: not in IPython, nothing to do
+    shell = ipython.get_ipython() if ipython is not None else None
+    if shell is not None:
+        from clmagic.show.views import register
+
+        register(shell)
+
+
+_show_in_ipython()

@@ -14,6 +14,7 @@ from clmagic.cache import bundle as bundle_mod
 from clmagic.config import Settings
 from clmagic.errors import ClmagicError
 from clmagic.store import DirectoryStore, open_store
+from clmagic.show import html_of, text_of
 
 OTHER = SAXPY.replace("a * x[i]", "x[i] * a")
 
@@ -47,7 +48,7 @@ def test_export_writes_entries_and_manifest(warmed, tmp_path, pocl, oclgrind):
     assert fps == {clmagic.resolve_device(pocl)[0].fingerprint: 2,
                    clmagic.resolve_device(oclgrind)[0].fingerprint: 1}
     assert keys == {e.key for e in warmed.store.entries()}
-    assert "3 entries" in report._repr_html_()
+    assert "3 entries" in html_of(report)
     only_pocl = clmagic.export_bundle(tmp_path / "p.db", device=pocl, store=warmed.store)
     only_k = clmagic.export_bundle(tmp_path / "k.db", kernels="only", store=warmed.store)
     assert (only_pocl.entries, only_k.entries) == (2, 1)
@@ -67,7 +68,7 @@ def test_import_into_a_fresh_cache_gives_hits_in_another_process(warmed, tmp_pat
     assert out == {"outcome": "HIT", "kernels": ["saxpy", "scale"]}
     again = clmagic.import_bundle(path, store=fresh)
     assert (again.imported, again.skipped, again.failed) == (0, 3, 0)
-    assert "skipped 3" in str(again) and "skipped 3" in again._repr_html_()
+    assert "skipped 3" in text_of(again) and "skipped 3" in html_of(again)
 
 
 def test_import_never_overwrites_a_local_entry(tmp_path):
@@ -129,7 +130,7 @@ def test_entries_for_devices_this_machine_lacks_are_kept_and_reported(tmp_path):
     assert report.imported == 2 and len(list(local.entries())) == 2
     (fp, info), = report.missing_devices.items()
     assert fp == synthetic(1).fingerprint and info["entries"] == 2
-    assert "Synthetic Device" in str(report) and "not on this machine" in report._repr_html_()
+    assert "Synthetic Device" in text_of(report) and "not on this machine" in html_of(report)
 
 
 def test_clcache_export_and_import_through_the_magic(ipshell, tmp_path, pocl):

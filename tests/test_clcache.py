@@ -10,6 +10,7 @@ from conftest import SAXPY
 from IPython.utils.capture import capture_output
 
 import clmagic
+from clmagic.show import text_of
 
 SOURCES = [
     SAXPY,
@@ -68,7 +69,7 @@ def test_clear_reports_entries_and_bytes(shell, compiler, cache_dir, filled, poc
     want = sum(size_of(cache_dir, filled[k]) for k in ("p0", "p1", "p2"))
     removed = clcache(shell, f"clear --device {pocl}")
     assert (removed.entries, removed.bytes) == (3, want)
-    assert str(removed).startswith(f"removed 3 entries ({clmagic._format.fmt_bytes(want)})")
+    assert text_of(removed).startswith(f"removed 3 entries ({clmagic._format.fmt_bytes(want)})")
     assert stored(compiler) == {filled["o0"].key}
 
 
@@ -108,7 +109,7 @@ def test_stats_history_info_widget(shell, compiler, filled, cache_dir, pocl, ocl
     assert (s.misses, s.entries) == (4, 4)
     h = clcache(shell, "history")
     assert list(h["outcome"]) == ["MISS"] * 4
-    info = str(clcache(shell, "info"))
+    info = text_of(clcache(shell, "info"))
     assert f"cache:   {cache_dir} (directory)" in info
     assert f"CLMAGIC_CACHE_DIR={cache_dir}" in info
     lines = {ln[2:].split()[0]: ln for ln in info.splitlines() if ln[:1] in "* "}

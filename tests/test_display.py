@@ -13,6 +13,7 @@ from conftest import child_env
 from IPython.utils.capture import capture_output
 
 from clmagic._format import fmt_ms
+from clmagic.show import text_of
 
 WARNS = """\
 __kernel void w(__global int *a)
@@ -80,9 +81,9 @@ def test_the_line_says_where_a_trip_spent_its_time(compiler, oclgrind):
     again = compiler.build(source.replace("3.0f", "4.0f"), device=oclgrind)
     assert first.record.setup_ms > again.record.setup_ms  # the context was made by the first
     said = f"+ {fmt_ms(first.record.setup_ms)} to set up the device (first use)"
-    assert (said in str(first)) == (first.record.setup_ms >= 5)
-    assert "set up the device" not in str(again)  # said once
-    line = str(again)
+    assert (said in text_of(first)) == (first.record.setup_ms >= 5)
+    assert "set up the device" not in text_of(again)  # said once
+    line = text_of(again)
     assert line.startswith("MISS") and f"built in {fmt_ms(again.build_ms)}" in line
     if again.ms - again.build_ms > max(1.0, 0.05 * again.ms):
         assert f"{fmt_ms(again.ms)} in all" in line  # r.ms, the trip, is on the line too

@@ -13,6 +13,7 @@ import clmagic
 from clmagic import Compiler, Outcome, Settings
 from clmagic.process import session as _session
 from clmagic.store import DirectoryStore
+from clmagic.show import text_of
 
 BROKEN = "__kernel void broken(__global int *a) { a[0] = undefined_name; }\n"
 
@@ -184,7 +185,7 @@ def test_a_refused_build_is_recorded_as_failed_with_its_first_error(compiler, ca
     assert "clmagic: FAILED" in err and "failed 1" in err
     s = clmagic.stats(compiler)
     assert s.failed == 1 and s.hit_rate is None  # a refusal is no cached trip
-    assert re.search(r"^failed +1 ", str(s), re.M)  # the session column
+    assert re.search(r"^failed +1 ", text_of(s), re.M)  # the session column
     df = clmagic.history_frame(compiler=compiler)
     assert list(df["outcome"]) == ["FAILED"]
     assert list(compiler.store.entries()) == []  # nothing stored

@@ -15,6 +15,7 @@ from conftest import SAXPY, child_env, last_json, run_child
 import clmagic
 from clmagic.cache import manage
 from clmagic.config import Settings
+from clmagic.show import html_of, text_of
 from clmagic.store.lifetime import SLOT, Counters
 
 FP = "0123456789abcdef"
@@ -110,10 +111,10 @@ def test_lifetime_statistics_survive_the_process_and_show_beside_the_session(kin
     assert (s.session["HIT"], s.lifetime["HIT"], s.lifetime["MISS"]) == (1, 2, 1)
     (dev,) = s.devices
     assert dev.lifetime["HIT"] == 2 and dev.lifetime.saved_ms > 0
-    text = str(s)
+    text = text_of(s)
     assert "session" in text and "lifetime" in text and "evictions" in text
     assert "limit 1.07 GB" in text
-    html = s._repr_html_()
+    html = html_of(s)
     assert "<th>lifetime</th>" in html
     data = s.as_dict()
     assert data["lifetime"]["counts"]["HIT"] == 2 and data["session"]["counts"]["HIT"] == 1
@@ -135,7 +136,7 @@ def test_memory_only_keeps_no_lifetime_statistics(pocl):
     c.build(SAXPY)
     s = manage.stats(c)
     assert s.lifetime is None and s.session["MISS"] == 1
-    assert "-" in str(s).splitlines()[1]
+    assert "-" in text_of(s).splitlines()[1]
     with pytest.raises(clmagic.OptionsError, match="memory only"):
         manage.zero_stats(c)
 
@@ -148,7 +149,7 @@ def test_new_outcomes_are_counted_and_shown_generically(tmp_path):
     c.add(FP, "REKEYED", 2, 5.0)
     c.add(FP, "HIT")
     s = Stats(lifetime=tally_of(c.lifetime()))
-    assert "rekeyed" in str(s) and s.lifetime["REKEYED"] == 2
+    assert "rekeyed" in text_of(s) and s.lifetime["REKEYED"] == 2
     assert json.loads(json.dumps(s.as_dict()))["lifetime"]["counts"]["REKEYED"] == 2
     assert os.path.isdir(Path(tmp_path / "stats"))
 

@@ -12,6 +12,7 @@ from test_build import _saxpy  # runs saxpy: does it compute 2 x + 1?
 
 import clmagic
 from clmagic import Compiler, Outcome, Settings
+from clmagic.show import html_of, text_of
 
 EDITED = """\
 // saxpy: y = a x + y
@@ -41,9 +42,9 @@ def test_comment_and_spacing_edit_is_rekeyed_loaded_and_saved(compiler, settings
     assert r.saved and r.build_ms == pytest.approx(first.build_ms, abs=1e-3)
     assert r.record.rekeyed_from == first.key
     assert _saxpy(r) and _saxpy(first)
-    text = r.summary()
+    text = text_of(r)
     assert text.startswith("REKEYED saxpy, scale · same code as") and "loaded in" in text
-    assert 'data-outcome="REKEYED"' in r._repr_html_()
+    assert 'data-outcome="REKEYED"' in html_of(r)
     # saved under the new key: a fresh process's compiler finds it as a plain HIT
     again = Compiler(settings).build(EDITED)
     assert again.outcome == Outcome.HIT and again.key == r.key
@@ -85,10 +86,10 @@ def test_a_rekeyed_build_log_is_labelled_as_the_first_builds(compiler):
     assert r.outcome == Outcome.REKEYED
     assert r.build_log == first.build_log  # the log of the build that made the binary
     label = f"build log of {first.key[:4]}… (the first build of this code: its line numbers)"
-    assert label in r.summary()
-    assert f"({label})</summary>" in r._repr_html_()  # "N warnings (build log of …)"
-    assert re.search(r"<summary>\d+ warnings?</summary>", first._repr_html_())  # counted
-    assert "warning" in first.summary() and "build log of" not in first.summary()
+    assert label in text_of(r)
+    assert f"({label})</summary>" in html_of(r)  # "N warnings (build log of …)"
+    assert re.search(r"<summary>\d+ warnings?</summary>", html_of(first))  # counted
+    assert "warning" in text_of(first) and "build log of" not in text_of(first)
 
 
 @pytest.mark.parametrize("original,edited,why", [
@@ -165,8 +166,8 @@ def test_rekeyed_appears_in_stats_history_trace_and_plot(compiler, capsys):
     s = clmagic.stats(compiler)
     assert (s.misses, s.rekeyed, s.hits) == (1, 1, 0)
     assert s.hit_rate == pytest.approx(0.5)
-    assert re.search(r"^rekeyed +1 +1$", str(s), re.M)  # this session, and the lifetime
-    assert "<th>rekeyed</th><td>1</td>" in s._repr_html_()
+    assert re.search(r"^rekeyed +1 +1$", text_of(s), re.M)  # this session, and the lifetime
+    assert "<th>rekeyed</th><td>1</td>" in html_of(s)
     df = clmagic.history_frame(compiler=compiler)
     assert list(df["outcome"]) == ["MISS", "REKEYED"]
     assert df["saved_ms"].iloc[1] > 0

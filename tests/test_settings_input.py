@@ -14,6 +14,7 @@ from IPython.utils.capture import capture_output
 from clmagic import Compiler, Outcome
 from clmagic.cache import manage
 from clmagic.config import Settings, redact
+from clmagic.show import text_of
 
 SECRET = "s3cr3t-pw"
 LEAKY_URLS = [f"redis://alice:{SECRET}@127.0.0.1:1/0", f"redis://:{SECRET}@127.0.0.1:1",
@@ -36,6 +37,7 @@ def test_a_password_in_the_remote_url_is_never_printed(url, tmp_path, pocl, caps
     r = c.build(SAXPY)
     shown = [repr(settings), str(settings.env), str(settings.describe()), repr(c.store), str(manage.cache_info(c)),
              repr(r), r.note, str(manage.stats(c)), capsys.readouterr().err]
+    shown += [text_of(manage.cache_info(c)), text_of(r), text_of(manage.stats(c))]  # as shown
     cli = subprocess.run([sys.executable, "-m", "clmagic", "info"], env=child_env(**env),
                          capture_output=True, text=True, timeout=120)
     shown += [cli.stdout, cli.stderr]

@@ -25,6 +25,7 @@ from clmagic.config import Settings
 from clmagic.entry import FORMAT_VERSION, HEADER, MAGIC, Entry, seal
 from clmagic.cache.manage import clear_cache
 from clmagic.store import LayeredStore, open_store
+from clmagic.show import html_of, text_of
 
 
 def _layered(tmp_path, redis_server) -> Compiler:
@@ -229,7 +230,7 @@ def test_the_secret_is_never_shown(tmp_path, pocl, capsys):
     from clmagic.cache.manage import cache_info
 
     c, _, _ = _two(tmp_path, pocl, str(tmp_path / "c.db"), **SECRET)
-    shown = str(cache_info(c)) + cache_info(c)._repr_html_() + repr(c.settings)
+    shown = text_of(cache_info(c)) + html_of(cache_info(c)) + repr(c.settings)
     assert "team secret 42" not in shown and "CLMAGIC_CACHE_SECRET" in shown
     assert "team secret 42" not in capsys.readouterr().err
 

@@ -16,6 +16,7 @@ from clmagic.config import Settings
 from clmagic.entry import HEADER
 from clmagic.errors import CorruptEntry
 from clmagic.show.frames import CACHE_COLUMNS, HISTORY_COLUMNS
+from clmagic.show import html_of, text_of
 
 OTHER = "__kernel void twice(__global float *y) { y[get_global_id(0)] *= 2.0f; }\n"
 
@@ -168,7 +169,7 @@ def test_history_keeps_source_with_record_full(cache_dir, pocl):
 
 def test_stats_counts_and_store_usage(compiler, cache_dir, pocl, oclgrind):
     empty = clmagic.stats(compiler)
-    assert empty.hit_rate is None and empty.entries == 0 and "n/a" in str(empty)
+    assert empty.hit_rate is None and empty.entries == 0 and "n/a" in text_of(empty)
     compiler.build(SAXPY)
     compiler.build(SAXPY)
     compiler.forget()
@@ -185,7 +186,7 @@ def test_stats_counts_and_store_usage(compiler, cache_dir, pocl, oclgrind):
     assert pocl_use.bytes == _footprint(cache_dir, hit) + 1
     entries = [p for p in cache_dir.rglob("*") if p.is_file() and p.parent.name != "stats"]
     assert s.bytes == sum(p.stat().st_size for p in entries)
-    html = s._repr_html_()
+    html = html_of(s)
     assert "clmagic-stats" in html and "50%" in html and b.device.fingerprint in html
 
 

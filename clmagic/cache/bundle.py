@@ -26,7 +26,6 @@ from typing import Any
 from clmagic._version import __version__
 from clmagic.entry import FORMAT_VERSION, MAX_BINARY, MAX_META, Entry
 from clmagic.errors import ClmagicError, CorruptEntry
-from clmagic.show.cache import export_html, export_text, import_html, import_text
 from clmagic.store.base import Store, valid_name
 from clmagic.store._fs import open_regular
 from clmagic.store.layered import LayeredStore
@@ -50,14 +49,6 @@ class BundleReport:
     devices: list[dict[str, Any]] = field(default_factory=list)
     failed: int = 0
 
-    def __str__(self) -> str:
-        return export_text(self)
-
-    __repr__ = __str__
-
-    def _repr_html_(self) -> str:
-        return export_html(self)
-
 
 @dataclass
 class ImportReport:
@@ -72,14 +63,6 @@ class ImportReport:
     #: fingerprint → {"device": name, "entries": count} for devices not on this machine
     missing_devices: dict[str, dict[str, Any]] = field(default_factory=dict)
     manifest: dict[str, Any] = field(default_factory=dict)
-
-    def __str__(self) -> str:
-        return import_text(self)
-
-    __repr__ = __str__
-
-    def _repr_html_(self) -> str:
-        return import_html(self)
 
 
 def _store(store: Store | None) -> Store:

@@ -20,7 +20,6 @@ from clmagic.errors import ClmagicError, DeviceError, OptionsError
 from clmagic.store.lifetime import counters_for
 from clmagic.trip.records import DeviceUsage, Stats, from_origin, tally_of
 from clmagic._format import fmt_bytes
-from clmagic.show.cache import info_html, info_text, removed_html, removed_text
 
 if TYPE_CHECKING:
     from clmagic.trip.compiler import Compiler
@@ -104,14 +103,6 @@ class Removed:
     bytes: int = 0
     location: str = ""
     keys: list[str] = field(default_factory=list)
-
-    def __str__(self) -> str:
-        return removed_text(self)
-
-    __repr__ = __str__
-
-    def _repr_html_(self) -> str:
-        return removed_html(self)
 
 
 def _clearable(store: Store, remote: bool) -> Store:
@@ -277,14 +268,6 @@ class CacheInfo:
     record: str
     active: str
     devices: list[tuple[DeviceInfo, DeviceUsage | None]]
-
-    def __str__(self) -> str:
-        return info_text(self)
-
-    __repr__ = __str__
-
-    def _repr_html_(self) -> str:
-        return info_html(self)
 
 
 def cache_info(compiler: Compiler | None = None) -> CacheInfo:

@@ -10,7 +10,6 @@ saved whole, and the report says what was done.
 
 from __future__ import annotations
 
-import html
 import os
 import signal
 from collections.abc import Callable, Iterable
@@ -37,22 +36,6 @@ class WarmReport:
     failed: list[tuple[str, str]] = field(default_factory=list)
     skipped: int = 0
     interrupted: bool = False
-
-    def __str__(self) -> str:
-        text = (f"built {len(self.built)} · already cached {len(self.cached)} · "
-                f"failed {len(self.failed)}")
-        if self.interrupted:
-            text += f" · interrupted, {self.skipped} not tried"
-        if self.location:
-            text += f" ({self.location})"
-        for path, why in self.failed:
-            text += f"\n  failed: {path}: {why}"
-        return text
-
-    __repr__ = __str__
-
-    def _repr_html_(self) -> str:
-        return f"<pre class='clmagic-warm'>{html.escape(str(self))}</pre>"
 
     def as_dict(self) -> dict:
         """The report as JSON-able data."""

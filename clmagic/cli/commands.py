@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from clmagic.config import Settings, held_warnings, parse_age, parse_size
 from clmagic.errors import ClmagicError, OptionsError
+from clmagic.show.views import text_of
 
 if TYPE_CHECKING:
     from clmagic.trip.compiler import Compiler
@@ -92,7 +93,7 @@ def _stats(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(s.as_dict())
     else:
-        print(s)
+        print(text_of(s))
     return 0
 
 
@@ -121,7 +122,7 @@ def _clear(args: argparse.Namespace) -> int:
         _print_json({"entries": removed.entries, "bytes": removed.bytes,
                      "location": removed.location})
     else:
-        print(removed)
+        print(text_of(removed))
     return 0
 
 
@@ -137,7 +138,7 @@ def _prune(args: argparse.Namespace) -> int:
         _print_json({"entries": removed.entries, "bytes": removed.bytes,
                      "location": removed.location})
     else:
-        print(str(removed).replace("removed", "evicted", 1))
+        print(text_of(removed).replace("removed", "evicted", 1))
     return 0
 
 
@@ -151,7 +152,7 @@ def _export(args: argparse.Namespace) -> int:
         _print_json({"path": report.path, "entries": report.entries, "bytes": report.bytes,
                      "devices": report.devices, "failed": report.failed})
     else:
-        print(report)
+        print(text_of(report))
     return 1 if report.failed else 0
 
 
@@ -169,7 +170,7 @@ def _import(args: argparse.Namespace) -> int:
                      "skipped": report.skipped, "failed": report.failed,
                      "reasons": report.reasons, "missing_devices": report.missing_devices})
     else:
-        print(report)
+        print(text_of(report))
     return 1 if report.failed else 0
 
 
@@ -194,7 +195,7 @@ def _warm(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(report.as_dict())
     else:
-        print(report)
+        print(text_of(report))
     if report.interrupted:
         return 130
     return 1 if report.failed else 0

@@ -64,7 +64,9 @@ def _demo_child(args: argparse.Namespace) -> int:
     out = np.empty_like(y)
     cl.enqueue_copy(result.queue, out, yb)
     ok = bool(np.allclose(out, 2 * x + 1))
-    print(json.dumps({"line": result.summary(), "outcome": result.outcome, "ms": result.ms,
+    from clmagic.show.line import result_text
+
+    print(json.dumps({"line": result_text(result), "outcome": result.outcome, "ms": result.ms,
                       "build_ms": result.build_ms, "correct": ok}))
     return 0 if ok else 1
 
@@ -123,8 +125,9 @@ def _devices(args: argparse.Namespace) -> int:
 
 def _info(args: argparse.Namespace) -> int:
     from clmagic.cache.manage import cache_info
+    from clmagic.show.views import text_of
 
-    print(cache_info())
+    print(text_of(cache_info()))
     return 0
 
 
@@ -155,8 +158,9 @@ def _run(args: argparse.Namespace) -> int:
     finally:
         if args.stats:
             from clmagic.cache.manage import stats
+            from clmagic.show.views import text_of
 
-            print(stats(get_compiler()), file=sys.stderr)
+            print(text_of(stats(get_compiler())), file=sys.stderr)
     if code is None or isinstance(code, int):
         return code or 0
     print(code, file=sys.stderr)

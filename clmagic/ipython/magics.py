@@ -12,6 +12,7 @@ from traitlets import Bool, Int, TraitError, Unicode, observe, validate
 
 from clmagic.errors import OptionsError
 from clmagic.ipython.line import misspelt_option, parse_line, split_opts
+from clmagic.show import views
 
 if TYPE_CHECKING:
     import pyopencl as cl
@@ -51,6 +52,8 @@ class CLMagics(Magics):
         self._limited: Compiler | None = None  # the compiler the configured limits were set on
         super().__init__(shell=shell, **kwargs)
         self._compiler = compiler
+        if shell is not None:  # the result line, the statistics, the reports: by type name
+            views.register(shell)
         if self.cache_every_program:  # set in a config file, before any observer ran
             self._hook({"new": True})
 
@@ -214,12 +217,7 @@ class CLMagics(Magics):
         through ``display``)."""
         from IPython.display import display
 
-        kind = type(result)
-        formatters = getattr(self.shell, "display_formatter", None)
-        if formatters is None or not all(
-                f is not None and f.enabled and kind not in f.type_printers
-                and (kind.__module__, kind.__name__) not in f.deferred_printers
-                for f in (formatters.formatters.get(k) for k in ("text/plain", "text/html"))):
+        if not views.shows(self.shell, type(result)):
             display(result)
             return
         from clmagic.show.line import result_bundle

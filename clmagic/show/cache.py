@@ -2,8 +2,8 @@
 cache is, the cache panel's rows and status, bundle reports (the result line under a cell and
 the formats every rendering shares are :mod:`clmagic.show.line`'s).
 
-Like report.py it imports nothing of clmagic at run time but report.py (the types below are for
-the checker only).
+It imports nothing of clmagic at run time but the plain formats (the types below are for the
+checker only); :mod:`clmagic.show.views` attaches these views to their types.
 """
 
 from __future__ import annotations
@@ -19,11 +19,13 @@ if TYPE_CHECKING:
     from clmagic.opencl.devices import DeviceInfo
     from clmagic.entry import Entry
     from clmagic.cache.manage import CacheInfo, Removed
+    from clmagic.cache.warm import WarmReport
     from clmagic.trip.records import Stats
 
 __all__ = ["LABELS", "stats_rows", "stats_text", "stats_html", "removed_text", "removed_html",
            "info_text", "info_html", "device_option", "ENTRY_HEAD", "entry_line",
-           "panel_status_html", "export_text", "export_html", "import_text", "import_html"]
+           "panel_status_html", "export_text", "export_html", "import_text", "import_html",
+           "warm_text", "warm_html"]
 
 
 #: how each counter is named in statistics (one not listed shows as its name, lower case)
@@ -212,3 +214,21 @@ def import_html(r: ImportReport) -> str:
     return (f"<div class='clmagic-bundle'><b>imported {r.imported}</b>, skipped "
             f"{r.skipped} (already cached), failed {r.failed} from "
             f"<code>{html.escape(r.path)}</code><ul>{extra}</ul></div>")
+
+
+# -- warming ---------------------------------------------------------------------------------
+
+def warm_text(r: WarmReport) -> str:
+    """``built 3 · already cached 1 · failed 1 (/path)``, then one line per failure."""
+    text = f"built {len(r.built)} · already cached {len(r.cached)} · failed {len(r.failed)}"
+    if r.interrupted:
+        text += f" · interrupted, {r.skipped} not tried"
+    if r.location:
+        text += f" ({r.location})"
+    for path, why in r.failed:
+        text += f"\n  failed: {path}: {why}"
+    return text
+
+
+def warm_html(r: WarmReport) -> str:
+    return f"<pre class='clmagic-warm'>{html.escape(warm_text(r))}</pre>"

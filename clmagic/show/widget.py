@@ -21,6 +21,7 @@ from clmagic.errors import DeviceError
 from clmagic.cache.manage import clear_cache, entry_origin, lifetime_counts, remove_entries
 from clmagic.trip.records import Stats, from_origin, tally_of
 from clmagic.show.cache import ENTRY_HEAD, device_option, entry_line, panel_status_html
+from clmagic.show.views import text_of
 
 if TYPE_CHECKING:
     from clmagic.trip.compiler import Compiler
@@ -278,7 +279,7 @@ class CacheWidget(w.VBox):
             self.message.value = "select entries in the table first"
             return
         removed = remove_entries(chosen, self.compiler)
-        self.message.value = html.escape(str(removed))
+        self.message.value = html.escape(text_of(removed))
         self.refresh()
 
     @_guard
@@ -294,5 +295,5 @@ class CacheWidget(w.VBox):
             removed = remove_entries(list(self._entries.values()), self.compiler)
         else:
             removed = clear_cache(device=self.fingerprint, compiler=self.compiler)
-        self.message.value = html.escape(str(removed))
+        self.message.value = html.escape(text_of(removed))
         self.refresh()

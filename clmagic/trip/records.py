@@ -347,13 +347,3 @@ class Stats:
                 "max_size": self.max_size, "session": self.session.as_dict(),
                 "lifetime": self.lifetime.as_dict() if self.lifetime is not None else None,
                 "devices": [d.as_dict() for d in self.devices]}
-
-    def __str__(self) -> str:
-        from clmagic.show.cache import stats_text  # not on the build path: loaded when shown
-
-        return stats_text(self)
-
-    def _repr_html_(self) -> str:
-        from clmagic.show.cache import stats_html
-
-        return stats_html(self)

@@ -10,7 +10,6 @@ import pyopencl as cl
 
 from clmagic.key.options import BuildOptions
 from clmagic.trip.records import Record
-from clmagic.show.line import result_html, result_text
 from clmagic.trip.background import Pending
 
 __all__ = ["BuildResult", "ProgramBuild"]
@@ -56,15 +55,11 @@ class BuildResult:
     def __getitem__(self, name: str) -> cl.Kernel:
         return self.kernels[name]
 
-    def summary(self) -> str:
-        """The one-line report, as plain text."""
-        return result_text(self)
-
     def __repr__(self) -> str:
-        return self.summary()
-
-    def _repr_html_(self) -> str:
-        return result_html(self)
+        """A short data repr: the line under a cell is ``show/``'s (IPython shows it; outside
+        IPython, :func:`clmagic.show.text_of`), so the build trip imports no renderer."""
+        return (f"<BuildResult {self.outcome} {', '.join(self.kernels) or '(no kernels)'} "
+                f"key {self.key[:12]}… on {self.device.label}>")
 
 
 @dataclass(frozen=True)
