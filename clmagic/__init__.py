@@ -28,7 +28,8 @@ if TYPE_CHECKING:
     from clmagic.show.frames import cache_frame, history_frame
     from clmagic.cache.manage import CacheInfo, Removed, cache_info, clear_cache, stats
     from clmagic.show.plot import plot_history
-    from clmagic.trip.records import Outcome, Stats
+    from clmagic.outcome import Outcome
+    from clmagic.trip.records import Stats
     from clmagic.store import DirectoryStore, LayeredStore, RedisStore, SQLiteStore, Store, open_store
     from clmagic.show.widget import CacheWidget
 
@@ -45,7 +46,8 @@ _LAZY = {
     **dict.fromkeys(("Entry", "EntryMeta", "Usage"), "entry"),
     **dict.fromkeys(("BuildError", "ClmagicError", "CorruptEntry", "DeviceError",
                      "OptionsError"), "errors"),
-    **dict.fromkeys(("Outcome", "Stats"), "trip.records"),
+    "Outcome": "outcome",
+    "Stats": "trip.records",
     **dict.fromkeys(("Store", "DirectoryStore", "SQLiteStore", "RedisStore", "LayeredStore",
                      "open_store"), "store"),
     **dict.fromkeys(("cache_frame", "history_frame"), "show.frames"),

@@ -1,19 +1,19 @@
-"""Environment variables turned into one settings object, and the warn-once channel."""
+"""Environment variables turned into one settings object (its warnings go through
+:mod:`clmagic._warn`)."""
 
 from __future__ import annotations
 
 import os
 import re
-import sys
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from clmagic._warn import warn_once
 from clmagic.errors import OptionsError
 
-__all__ = ["Settings", "default_cache_dir", "warn", "warn_once", "reset_warnings",
-           "REDIS_SCHEMES", "SQLITE_SUFFIXES", "held_warnings", "parse_size", "parse_age",
+__all__ = ["Settings", "default_cache_dir",
+           "REDIS_SCHEMES", "SQLITE_SUFFIXES", "parse_size", "parse_age",
            "DEFAULT_MAX_SIZE", "DEFAULT_MEMORY_MAX", "VARIABLES", "redact"]
 
 #: URL schemes that select the Redis store
@@ -25,7 +25,6 @@ _OFF = {"0", "off", "none", "disable", "disabled", "false", "no"}
 _DEFAULT = {"", "1", "default", "on", "true", "yes"}
 _TRUE = {"1", "true", "yes", "on"}
 
-_warned: set[str] = set()
 #: the variable that holds the team secret (never printed)
 SECRET_VAR = "CLMAGIC_CACHE_SECRET"
 
@@ -107,43 +106,6 @@ def default_cache_dir() -> Path:
     import platformdirs
 
     return Path(platformdirs.user_cache_dir("clmagic", appauthor=False)) / "programs"
-
-
-def warn(message: str) -> None:
-    """Print ``clmagic: warning: <message>`` to stderr (every time: for per-cell news)."""
-    print(f"clmagic: warning: {message}", file=sys.stderr)
-
-
-def warn_once(message: str) -> None:
-    """Print ``clmagic: warning: <message>`` to stderr, once per process and message (held
-    back instead while :func:`held_warnings` is active)."""
-    if message in _warned:
-        return
-    _warned.add(message)
-    if _held is not None:
-        _held.append(message)
-        return
-    print(f"clmagic: warning: {message}", file=sys.stderr)
-
-
-_held: list[str] | None = None
-
-
-@contextmanager
-def held_warnings() -> Iterator[list[str]]:
-    """Hold back the once-per-process warnings given inside the block (the list it yields), for
-    a caller that reports the same problem in its own words, or prints them afterwards."""
-    global _held
-    outer, _held = _held, []
-    try:
-        yield _held
-    finally:
-        _held = outer
-
-
-def reset_warnings() -> None:
-    """Forget which warnings were shown (tests, or a new settings object)."""
-    _warned.clear()
 
 
 @dataclass(frozen=True)

@@ -41,7 +41,8 @@ import pytest  # noqa: E402
 from stores import redis_server, store_factory  # noqa: E402, F401 - fixtures of tests/stores.py
 
 import clmagic  # noqa: E402
-from clmagic.config import Settings, reset_warnings  # noqa: E402
+from clmagic._warn import reset_warnings  # noqa: E402
+from clmagic.config import Settings  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -16,7 +16,7 @@ from conftest import ROOT, SAXPY, child_env, last_json, run_child
 import clmagic
 from clmagic.process import hook
 from clmagic.cache.manage import entry_origin
-from clmagic.trip.records import Outcome
+from clmagic.outcome import Outcome
 
 WORKLOAD = ROOT / "benchmarks" / "hook_workload.py"
 ORIGINAL_BUILD = cl.Program.__dict__["build"]

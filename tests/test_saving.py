@@ -19,7 +19,7 @@ from conftest import SAXPY, child_env, last_json, run_child
 
 import clmagic
 from clmagic.opencl import driver
-from clmagic.trip.records import Outcome
+from clmagic.outcome import Outcome
 from clmagic.trip.background import Saver
 from clmagic.key.source import _cut_some_lines, _strip_every_line, normalise_source
 from clmagic.store import DirectoryStore

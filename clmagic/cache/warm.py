@@ -20,7 +20,7 @@ from pathlib import Path
 
 from clmagic.config import Settings
 from clmagic.errors import BuildError, ClmagicError, OptionsError
-from clmagic.trip.records import Outcome
+from clmagic.outcome import Outcome
 
 __all__ = ["warm", "find_sources", "WarmReport", "first_error"]
 
@@ -91,21 +91,21 @@ def _init(settings: Settings) -> None:
     _worker = Compiler(settings)
 
 
-def _build_one(path: str, options: str, device: str | None) -> tuple[str, str, str]:
+def _build_one(path: str, options: str, device: str | None) -> tuple[str, Outcome, str]:
     """(path, outcome, first error line) of one file, built in a worker."""
     try:
         source = Path(path).read_bytes()
         result = _worker.build(source, options, device)  # type: ignore[union-attr]
     except (ClmagicError, OSError) as exc:
-        return path, "FAILED", first_error(exc)
+        return path, Outcome.FAILED, first_error(exc)
     if result.outcome == Outcome.BYPASS or (result.outcome not in _CACHED and not result.saved):
-        return path, "FAILED", result.note  # built, but nothing a later session can load
+        return path, Outcome.FAILED, result.note  # built, but nothing a later session can load
     return path, result.outcome, ""
 
 
 def warm(paths: Iterable[str | os.PathLike[str]], options: str = "", device: str | None = None,
          jobs: int | None = None, settings: Settings | None = None,
-         progress: Callable[[str, str], None] | None = None) -> WarmReport:
+         progress: Callable[[str, Outcome], None] | None = None) -> WarmReport:
     """Build every ``.cl`` file under ``paths`` through the cache in ``jobs`` processes
     (default: one per CPU); ``progress(path, outcome)`` is called as each file is done. On
     Ctrl-C the builds under way finish, the rest are skipped, and the report says so."""
@@ -150,13 +150,13 @@ def warm(paths: Iterable[str | os.PathLike[str]], options: str = "", device: str
     return report
 
 
-def _tally(report: WarmReport, fut: Future[tuple[str, str, str]], path: str,
-           progress: Callable[[str, str], None] | None) -> None:
+def _tally(report: WarmReport, fut: Future[tuple[str, Outcome, str]], path: str,
+           progress: Callable[[str, Outcome], None] | None) -> None:
     try:
         path, outcome, why = fut.result()
     except Exception as exc:  # a worker that died (killed, out of memory): that file failed
-        outcome, why = "FAILED", f"the worker process died ({type(exc).__name__})"
-    if outcome == "FAILED":
+        outcome, why = Outcome.FAILED, f"the worker process died ({type(exc).__name__})"
+    if outcome == Outcome.FAILED:
         report.failed.append((path, why))
     elif outcome in _CACHED:
         report.cached.append(path)

@@ -15,7 +15,8 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from clmagic.config import Settings, held_warnings, parse_age, parse_size
+from clmagic._warn import held_warnings
+from clmagic.config import Settings, parse_age, parse_size
 from clmagic.errors import ClmagicError, OptionsError
 from clmagic.show.views import text_of
 

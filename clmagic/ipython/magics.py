@@ -84,7 +84,8 @@ class CLMagics(Magics):
 
     def _apply_limits(self, c: Compiler) -> None:
         """The configured limits (where set), on the compiler about to be used."""
-        from clmagic.config import parse_size, warn
+        from clmagic._warn import warn
+        from clmagic.config import parse_size
 
         if self.max_size.strip() and c.store is not None:
             try:
@@ -141,7 +142,7 @@ class CLMagics(Magics):
         ``cl_ctx`` to another device, whose buffers the old context's kernels cannot use."""
         import pyopencl as cl
 
-        from clmagic.config import warn
+        from clmagic._warn import warn
 
         ns = self._namespace
         for kname, kernel in result.kernels.items():
@@ -202,7 +203,7 @@ class CLMagics(Magics):
         )
         moved = self._bind(result, args.name)
         if not result.kernels:
-            from clmagic.config import warn
+            from clmagic._warn import warn
 
             warn("the cell compiled but defines no __kernel function: nothing bound")
         if not (args.quiet or self.quiet):

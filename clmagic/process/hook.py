@@ -34,10 +34,10 @@ from typing import Any
 import pyopencl as cl
 
 from clmagic.trip.compiler import Compiler, ProgramBuild
-from clmagic.config import warn_once
+from clmagic._warn import warn_once
 from clmagic.errors import ClmagicError
 from clmagic.key.options import exact_options
-from clmagic.trip.records import Outcome
+from clmagic.outcome import Outcome
 
 __all__ = ["install", "uninstall", "installed", "origin_of"]
 

@@ -184,7 +184,7 @@ def history_frame(*, compiler: Compiler | None = None, origin: str | None = None
         if not from_origin(r.origin, origin):
             continue
         row = {
-            "time": r.time, "outcome": r.outcome, "kernels": ", ".join(r.kernels), "ms": r.ms,
+            "time": r.time, "outcome": r.outcome.value, "kernels": ", ".join(r.kernels), "ms": r.ms,
             "build_ms": r.build_ms, "saved_ms": r.saved_ms, "device": r.device.label,
             "key": r.key,
             "options": r.options, "preview": r.preview, "source": r.source,

@@ -6,7 +6,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from clmagic.process.session import or_default
-from clmagic.trip.records import Outcome
+from clmagic.outcome import Outcome
 from clmagic._format import fmt_duration
 from clmagic.show.line import COLOURS
 
@@ -51,7 +51,7 @@ def plot_history(*, compiler: Compiler | None = None, ax: Any = None) -> Any:
                label="driver build ms", zorder=3)
     from matplotlib.patches import Patch
 
-    seen = [o for o in Outcome.ALL if any(r.outcome == o for r in records)]
+    seen = [o for o in Outcome if any(r.outcome == o for r in records)]
     handles = [Patch(color=COLOURS[o], label=f"{o} ms taken") for o in seen]
     ax.legend(handles=[*handles, *ax.get_legend_handles_labels()[0]], fontsize=8,
               loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0, frameon=False)

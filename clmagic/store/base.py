@@ -18,7 +18,7 @@ from types import TracebackType
 from typing import NamedTuple
 
 from clmagic._format import fmt_bytes
-from clmagic.config import warn_once
+from clmagic._warn import warn_once
 from clmagic.entry import Entry, seal, signed
 from clmagic.errors import CorruptEntry
 from clmagic.store.lifetime import EVICT, Counters, counters_for

@@ -11,7 +11,7 @@ import dataclasses
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from clmagic.config import warn_once
+from clmagic._warn import warn_once
 from clmagic.entry import Entry
 from clmagic.errors import CorruptEntry
 from clmagic.store.lifetime import Counters

@@ -16,7 +16,8 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar
 
-from clmagic.config import REDIS_SCHEMES, redact, warn_once
+from clmagic._warn import warn_once
+from clmagic.config import REDIS_SCHEMES, redact
 from clmagic.entry import FORMAT_VERSION, Entry, Usage, parse_json, verified
 from clmagic.errors import CorruptEntry
 from clmagic.store.base import Store, valid_name

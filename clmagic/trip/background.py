@@ -27,7 +27,7 @@ from collections import deque
 from collections.abc import Callable, Hashable
 from typing import TYPE_CHECKING, Generic, TypeVar
 
-from clmagic.config import warn_once
+from clmagic._warn import warn_once
 
 if TYPE_CHECKING:
     from clmagic.store import Store

@@ -21,7 +21,8 @@ import pyopencl as cl
 from clmagic.opencl import devices as _devices
 from clmagic.opencl import driver, vet
 from clmagic.trip import programs, rekey, save as saves
-from clmagic.config import Settings, warn_once
+from clmagic._warn import warn_once
+from clmagic.config import Settings
 from clmagic.opencl.devices import DeviceInfo
 from clmagic.entry import Entry
 from clmagic.errors import BuildError, ClmagicError, CorruptEntry, DeviceError
@@ -31,7 +32,8 @@ from clmagic.trip.missed import why_missed
 from clmagic.key.options import BuildOptions
 from clmagic.key.prepare import Options, Prepared, prepare
 from clmagic.trip.programs import served_from as _served_from
-from clmagic.trip.records import History, Outcome, Record
+from clmagic.outcome import Outcome
+from clmagic.trip.records import History, Record
 from clmagic.trip.results import BuildResult, ProgramBuild
 from clmagic.trip.background import HitCounter, Saver, flush_all, wait_everywhere
 from clmagic.key.source import MAX_SOURCE, normalise_source
@@ -244,7 +246,7 @@ class Compiler:
         return _Trip(self._prepare(source, options, info), info, dev, ctx, queue, line_offset, t0,
                      setup)
 
-    def _from_store(self, trip: _Trip) -> tuple[driver.Built | None, str, str]:
+    def _from_store(self, trip: _Trip) -> tuple[driver.Built | None, Outcome, str]:
         """The program from the store: (built, HIT, note); (None, MISS or CORRUPT, "") when the
         store has no usable entry (a damaged one is removed, to be rebuilt)."""
         entry, corrupt = self._lookup(trip.info, trip.prep.key)
@@ -286,7 +288,7 @@ class Compiler:
                 self._history.add(rec)
         self._history.changed()
 
-    def _finish(self, trip: _Trip, outcome: str, built: driver.Built, saved: bool = False,
+    def _finish(self, trip: _Trip, outcome: Outcome, built: driver.Built, saved: bool = False,
                 note: str = "", code_key: str | None = None, save: bool = False,
                 why: str = "") -> BuildResult:
         """The trip's result; with ``save``, the binary readout and save are left to the
@@ -382,7 +384,7 @@ class Compiler:
                                    log=entries[0].meta.build_log,
                                    log_from=entries[0].meta.rekeyed_from)
 
-    def _record(self, info: DeviceInfo, prep: Prepared, t0: float, outcome: str,
+    def _record(self, info: DeviceInfo, prep: Prepared, t0: float, outcome: Outcome,
                 built: driver.Built, *, saved: bool = False, note: str = "",
                 origin: str = "cell", log: str | None = None,
                 code_key: str | None = None, line_offset: int = 0,

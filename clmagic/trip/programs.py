@@ -12,13 +12,13 @@ import pyopencl as cl
 
 from clmagic.opencl import devices as _devices
 from clmagic.opencl import driver
-from clmagic.config import warn_once
+from clmagic._warn import warn_once
 from clmagic.entry import Entry
 from clmagic.errors import BuildError, CorruptEntry
 from clmagic.key.includes import headers_changed
 from clmagic._memo import remember
 from clmagic.key.options import BuildOptions
-from clmagic.trip.records import Outcome
+from clmagic.outcome import Outcome
 from clmagic.trip.results import ProgramBuild
 from clmagic.trip.save import save as save_entry
 from clmagic.store import Store
@@ -50,7 +50,7 @@ def build_program(compiler: Compiler, context: cl.Context, source: str | bytes,
     preps = [compiler._prepare(source, options, i) for i in infos]
     label = infos[0].label
 
-    def finish(outcome: str, built: driver.Built, missing: Sequence[int] = (),
+    def finish(outcome: Outcome, built: driver.Built, missing: Sequence[int] = (),
                saves: Sequence[tuple[int, tuple[bool, str]]] = (), note: str = ""
                ) -> ProgramBuild:
         # ``outcome`` is every device's, or, when ``missing`` is given, that of the missing

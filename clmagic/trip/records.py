@@ -10,28 +10,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from clmagic.entry import Entry
+from clmagic.outcome import SERVED, UNCACHED, Outcome
 
 if TYPE_CHECKING:
     from clmagic.opencl.devices import DeviceInfo
 
-__all__ = ["Outcome", "Record", "History", "Stats", "DeviceUsage", "from_origin",
+__all__ = ["Record", "History", "Stats", "DeviceUsage", "from_origin",
            "RECORD_LEVELS", "Tally", "tally_of"]
-
-
-class Outcome:
-    """How a build trip ended (plain strings, so they print and compare simply): the same words
-    in the line under a cell, the history DataFrame, ``stats()`` and the debug trace."""
-
-    MISS = "MISS"  # built by the driver (and saved when a store is writable)
-    HIT = "HIT"  # loaded from the persistent store
-    MEMORY = "MEMORY"  # served from this process's memory, no disk, no driver
-    REKEYED = "REKEYED"  # same code as a stored entry (comments or spacing changed): loaded
-    CORRUPT = "CORRUPT"  # a stored entry failed its checks: rebuilt and rewritten
-    BYPASS = "BYPASS"  # built with the cache bypassed (--no-cache)
-    FAILED = "FAILED"  # the driver refused the source (the note has its first error line)
-    ALL = (MISS, HIT, MEMORY, REKEYED, CORRUPT, BYPASS, FAILED)
-    #: trips served without a driver build
-    SERVED = (HIT, MEMORY, REKEYED)
 
 
 #: what ``CLMAGIC_RECORD`` may say: nothing recorded, each trip without its source, with it
@@ -45,7 +30,7 @@ class Record:
     and the entry saved for a MISS is made from it (:meth:`entry`)."""
 
     time: float
-    outcome: str
+    outcome: Outcome
     kernels: list[str]
     ms: float
     build_ms: float
@@ -81,7 +66,7 @@ class Record:
     @property
     def saved_ms(self) -> float:
         """Build time avoided by this trip (0 for a build)."""
-        if self.outcome in Outcome.SERVED:
+        if self.outcome in SERVED:
             return max(self.build_ms - self.ms, 0.0)
         return 0.0
 
@@ -205,10 +190,6 @@ class DeviceUsage:
                 "lifetime": self.lifetime.as_dict() if self.lifetime is not None else None}
 
 
-#: outcomes left out of the hit rate: the cache bypassed, or a build the driver refused
-UNCACHED = (Outcome.BYPASS, Outcome.FAILED)
-
-
 @dataclass
 class Tally:
     """Counts of trips by outcome (any outcome name), time saved, and evictions."""
@@ -226,7 +207,7 @@ class Tally:
         """Share of cached trips (not BYPASS nor FAILED) served without a driver build (HIT,
         MEMORY, REKEYED); ``None`` before any trip."""
         total = sum(n for o, n in self.counts.items() if o not in UNCACHED)
-        return sum(self[o] for o in Outcome.SERVED) / total if total else None
+        return sum(self[o] for o in SERVED) / total if total else None
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-able counts."""
@@ -273,7 +254,7 @@ class Stats:
     @classmethod
     def of(cls, records: list[Record], **kwargs: Any) -> Stats:
         """Count ``records`` (other fields from ``kwargs``)."""
-        n = Counter(r.outcome for r in records)
+        n = Counter(r.outcome.value for r in records)  # plain names, as the lifetime's
         session = Tally(counts=dict(n), saved_ms=sum(r.saved_ms for r in records))
         return cls(session=session, **kwargs)
 
@@ -334,7 +315,7 @@ class Stats:
 
     def outcomes(self) -> list[str]:
         """Every outcome counted (session or lifetime), known ones first."""
-        seen = list(Outcome.ALL)
+        seen = [o.value for o in Outcome]
         for t in (self.session, self.lifetime):
             for name in t.counts if t is not None else ():
                 if name not in seen:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from clmagic.errors import CorruptEntry
 from clmagic.key.digest import CodeKey, code_key_of
-from clmagic.trip.records import Outcome
+from clmagic.outcome import Outcome
 from clmagic.trip.save import not_saved
 from clmagic.trip.background import wait_everywhere
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 import pyopencl as cl
 
 from clmagic.key.options import BuildOptions
+from clmagic.outcome import Outcome
 from clmagic.trip.records import Record
 from clmagic.trip.background import Pending
 
@@ -68,6 +69,6 @@ class ProgramBuild:
     and one record per device."""
 
     program: cl.Program
-    outcome: str
+    outcome: Outcome
     records: list[Record]
     build_log: str = ""

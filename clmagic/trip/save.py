@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import pyopencl as cl
 
 from clmagic.opencl import driver, readout
-from clmagic.config import warn_once
+from clmagic._warn import warn_once
 from clmagic.trip.records import Record
 from clmagic.trip.background import Pending, exiting
 

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from clmagic.config import warn_once
+from clmagic._warn import warn_once
 from clmagic.entry import Entry, Usage
 from clmagic.store.base import Use, is_hex
 from clmagic.store.directory.files import (

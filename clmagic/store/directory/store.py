@@ -32,7 +32,7 @@ import shutil
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from clmagic.config import warn_once
+from clmagic._warn import warn_once
 from clmagic.entry import Entry, Usage, encode, read_entry
 from clmagic.errors import CorruptEntry
 from clmagic.store.directory import scan as directory_scan

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from clmagic._version import __version__
-from clmagic.config import warn, warn_once
+from clmagic._warn import warn, warn_once
 from clmagic.entry import FORMAT_VERSION
 from clmagic.store.base import Store
 from clmagic.store.sqlite.sql import connect, create_schema, has_tables, is_locked

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from clmagic.config import SQLITE_SUFFIXES as SUFFIXES
-from clmagic.config import warn_once
+from clmagic._warn import warn_once
 from clmagic.entry import FORMAT_VERSION, Entry, verified
 from clmagic.errors import CorruptEntry
 from clmagic.store._fs import private_file, private_folder, refusal
