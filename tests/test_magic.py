@@ -29,9 +29,11 @@ def outcome_line(cap) -> str:
 #: clmagic module that only a cell or ``%clcache`` needs
 HEAVY = ("pandas", "ipywidgets", "matplotlib", "tqdm", "sqlite3", "_sqlite3", "redis", "pyopencl",
          "numpy", "hashlib", "_hashlib", "difflib", "pytools")
-#: the clmagic modules registering the magics needs (nothing else of clmagic)
-AT_LOAD = ["clmagic", "clmagic._version", "clmagic.errors", "clmagic.ipython.line",
-           "clmagic.ipython.magics"]
+#: the clmagic modules registering the magics needs (nothing else of clmagic): the errors (with
+#: the plain formats a build log is shown in), the magic line, and the table of views by type
+#: name (``show.views``, which imports none of the types nor their renderers)
+AT_LOAD = ["clmagic", "clmagic._format", "clmagic._version", "clmagic.errors", "clmagic.ipython",
+           "clmagic.ipython.line", "clmagic.ipython.magics", "clmagic.show", "clmagic.show.views"]
 
 
 @pytest.mark.parametrize("store", ["folder", "cache.db", "redis://127.0.0.1:9/0"])
