@@ -99,7 +99,9 @@ def _export(path: str | os.PathLike[str], device: object, kernels: str | list[st
 
         fingerprint = resolve_device(device)[0].fingerprint
     wanted = {kernels} if isinstance(kernels, str) else set(kernels or ())
-    target.parent.mkdir(parents=True, exist_ok=True)
+    if not target.parent.is_dir():  # a folder is made only when asked for: say it is missing
+        why = "is not a folder" if target.parent.exists() else "does not exist"
+        raise ClmagicError(f"cannot write the bundle {path}: {target.parent} {why}")
     tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     tmp.unlink(missing_ok=True)
     bundle = SQLiteStore(tmp)

@@ -213,15 +213,16 @@ def lifetime_counts(store: Store | None) -> dict[tuple[str, str], list[float]] |
     return counters_for(folder).lifetime() if folder is not None else None
 
 
-def zero_stats(compiler: Compiler | None = None) -> None:
-    """Set the store's lifetime statistics to zero (this session's are kept)."""
+def zero_stats(compiler: Compiler | None = None) -> bool:
+    """Set the store's lifetime statistics to zero (this session's are kept); returns whether
+    there was anything to zero (``False``: no count since the last zero, nothing written)."""
     c = or_default(compiler)
     if c.store is None or c.store.stats_folder is None:
         where = "the cache is off (memory only)" if c.store is None else \
             f"a {c.store.kind} cache keeps no lifetime statistics on this machine"
         raise OptionsError(f"{where}: nothing to zero")
     try:
-        counters_for(c.store.stats_folder).zero()
+        return counters_for(c.store.stats_folder).zero()
     except OSError as exc:
         raise ClmagicError(f"cannot zero the statistics in {c.store.stats_folder}: "
                            f"{exc.strerror or exc}") from None

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import stat
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -18,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from clmagic._warn import held_warnings
 from clmagic.config import Settings, parse_age, parse_size
 from clmagic.errors import ClmagicError, OptionsError
+from clmagic.store._fs import kind_of
 from clmagic.show.views import text_of
 
 if TYPE_CHECKING:
@@ -53,6 +56,36 @@ class ReadOnly(ClmagicError):
     """The store cannot be written (exit status 1: nothing wrong with the input)."""
 
 
+def _input_path(path: str, what: str, folders: bool = False) -> None:
+    """Bad input (one line, exit 2) unless ``path`` is a regular file to read (or, with
+    ``folders``, a folder): a FIFO, a device or a socket is named for what it is (reading one
+    would block or mean nothing), a missing path as missing."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise OptionsError(f"no such {what}: {path}") from None
+    except OSError as exc:
+        raise OptionsError(f"cannot read {path}: {exc.strerror}") from None
+    if not (stat.S_ISREG(st.st_mode) or (folders and stat.S_ISDIR(st.st_mode))):
+        raise OptionsError(f"{path} is {kind_of(st.st_mode)}, not a {what}")
+
+
+def _output_file(path: str, what: str, replace: bool) -> None:
+    """Bad input unless ``path`` can be written as a new file: its folder exists (none is made
+    unasked), and what is there already is a regular file that ``replace`` allows to go."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise OptionsError(f"no such folder {folder} for the {what}; nothing written")
+    try:
+        st = os.stat(path)
+    except OSError:
+        return
+    if not stat.S_ISREG(st.st_mode):
+        raise OptionsError(f"{path} is {kind_of(st.st_mode)}, not a {what}; nothing written")
+    if not replace:
+        raise OptionsError(f"{path} exists; choose another path or pass --force")
+
+
 def _print_json(data: Any) -> None:
     json.dump(data, sys.stdout, indent=2, default=str)
     sys.stdout.write("\n")
@@ -84,11 +117,13 @@ def _ls(args: argparse.Namespace) -> int:
 def _stats(args: argparse.Namespace) -> int:
     from clmagic.cache import manage
 
-    c = _compiler()
+    c = _compiler(writable=args.zero)
     if args.zero:
-        manage.zero_stats(c)
+        zeroed = manage.zero_stats(c)
         if not args.json:
-            print(f"lifetime statistics of {c.store.location} set to zero")  # type: ignore
+            where = c.store.location  # type: ignore[union-attr]
+            print(f"lifetime statistics of {where} set to zero" if zeroed else
+                  f"nothing to zero: no lifetime statistics in {where} since the last zero")
             return 0
     s = manage.stats(c)
     if args.json:
@@ -146,6 +181,7 @@ def _prune(args: argparse.Namespace) -> int:
 def _export(args: argparse.Namespace) -> int:
     from clmagic.cache.bundle import export_bundle
 
+    _output_file(args.path, "bundle file", replace=args.force)
     c = _compiler()
     report = export_bundle(args.path, device=args.device, kernels=args.kernel, store=c.store,
                            overwrite=args.force)
@@ -158,12 +194,9 @@ def _export(args: argparse.Namespace) -> int:
 
 
 def _import(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
     from clmagic.cache.bundle import import_bundle
 
-    if not Path(args.path).is_file():
-        raise OptionsError(f"no such bundle file: {args.path}")
+    _input_path(args.path, "bundle file")
     c = _compiler(writable=True)
     report = import_bundle(args.path, store=c.store)
     if args.json:
@@ -180,8 +213,10 @@ def _warm(args: argparse.Namespace) -> int:
 
     if args.jobs is not None and args.jobs < 1:
         raise OptionsError(f"--jobs {args.jobs}: need at least one process")
+    for path in args.paths:  # missing paths, FIFOs: one line, exit 2, before any work
+        _input_path(path, "file or folder", folders=True)
     settings = Settings.from_env()
-    files = find_sources(args.paths)  # missing paths: one line, exit 2, before any work
+    files = find_sources(args.paths)
     if not files:
         raise OptionsError("no .cl files under " + ", ".join(args.paths))
     _compiler(writable=True)  # a cache that cannot be written: say so before building

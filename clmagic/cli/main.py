@@ -142,8 +142,9 @@ def _run(args: argparse.Namespace) -> int:
     from clmagic.errors import ClmagicError
 
     target = args.target
-    if not args.module and not os.path.isfile(target):
-        raise ClmagicError(f"no script {target!r}")
+    problem = _module_problem(target) if args.module else _script_problem(target)
+    if problem:
+        raise ClmagicError(problem)
     sys.argv = [target, *args.args]
     install(get_compiler)
     code: object = 0
@@ -165,6 +166,39 @@ def _run(args: argparse.Namespace) -> int:
         return code or 0
     print(code, file=sys.stderr)
     return 1
+
+
+def _script_problem(path: str) -> str:
+    """Why ``path`` cannot be run as a script ("" when it can): missing, or not a regular file
+    (a FIFO would block the read, a folder holds no script)."""
+    import stat
+
+    from clmagic.store._fs import kind_of
+
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return f"no such script: {path}"
+    except OSError as exc:
+        return f"cannot read the script {path}: {exc.strerror}"
+    return "" if stat.S_ISREG(mode) else f"{path} is {kind_of(mode)}, not a script"
+
+
+def _module_problem(name: str) -> str:
+    """Why ``python -m name`` would not start ("" when it would): no such module, or a package
+    without ``__main__``. Found as runpy finds it (a parent package is imported); the module
+    itself is not run here."""
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec(name)
+        if spec is not None and spec.submodule_search_locations is not None:
+            if importlib.util.find_spec(f"{name}.__main__") is None:
+                return f"{name} is a package with no __main__ module: cannot be run with -m"
+    except (ImportError, ValueError) as exc:  # a parent that is missing, or not a package
+        said = "" if "No module named" in str(exc) else f" ({exc})"
+        return f"no module named {name}{said}"
+    return "" if spec is not None else f"no module named {name}"
 
 
 def _demo_arguments(p: argparse.ArgumentParser) -> None:
@@ -192,7 +226,19 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("devices", help="list OpenCL devices (* = default), and those that "
                    "cannot build here")
     sub.add_parser("info", help="where the cache is, settings in effect, devices")
-    run = sub.add_parser("run", help="run a Python script with every pyopencl build through "
+    _add_run(sub.add_parser)
+    _add_listing_commands(sub.add_parser)
+    _add_file_commands(sub.add_parser)
+    return parser
+
+
+#: a subcommand's parser maker (``add_subparsers().add_parser``)
+_Add = Callable[..., argparse.ArgumentParser]
+
+
+def _add_run(add: _Add) -> None:
+    """``clmagic run``: a script or module with every pyopencl build through the cache."""
+    run = add("run", help="run a Python script with every pyopencl build through "
                                      "the cache: clmagic run SCRIPT [ARGS...]")
     run.add_argument("-m", dest="module", action="store_true",
                      help="run a module, as python -m does (clmagic run -m pkg.mod ARGS)")
@@ -201,7 +247,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("target", metavar="SCRIPT", help="the script (or, with -m, the module)")
     run.add_argument("args", nargs=argparse.REMAINDER, help="the script's own arguments")
 
-    ls = sub.add_parser("ls", help="the cached entries, most recently used first")
+
+def _add_listing_commands(add: _Add) -> None:
+    """The commands that show or remove what the cache holds: ``ls``, ``stats``, ``clear``,
+    ``prune``."""
+    ls = add("ls", help="the cached entries, most recently used first")
     ls.add_argument("--device", "-d", metavar="SPEC", help="only this device's entries")
     ls.add_argument("--origin", metavar="MODULE", help=ORIGIN_HELP)
     ls.add_argument("--sort", metavar="COLUMN", default="last_used",
@@ -210,12 +260,12 @@ def build_parser() -> argparse.ArgumentParser:
     fmt.add_argument("--csv", action="store_true", help="every column, as CSV")
     fmt.add_argument("--json", action="store_true", help="every column, as JSON records")
 
-    stats = sub.add_parser("stats", help="hits, misses, evictions, time saved: this store's "
+    stats = add("stats", help="hits, misses, evictions, time saved: this store's "
                                          "lifetime, per device")
     stats.add_argument("--zero", action="store_true", help="reset the lifetime statistics")
     stats.add_argument("--json", action="store_true", help="as JSON")
 
-    clear = sub.add_parser("clear", help="remove entries (all of them when no filter is given)")
+    clear = add("clear", help="remove entries (all of them when no filter is given)")
     clear.add_argument("keys", nargs="*", metavar="KEY_PREFIX", help="only keys starting so")
     clear.add_argument("--device", "-d", metavar="SPEC", help="only this device's entries")
     clear.add_argument("--older-than", metavar="AGE", help="only entries unused for AGE (7d)")
@@ -226,14 +276,18 @@ def build_parser() -> argparse.ArgumentParser:
                        help="clear everything without asking (asked only on a terminal)")
     clear.add_argument("--json", action="store_true", help="say what was removed as JSON")
 
-    prune = sub.add_parser("prune", help="evict least recently used entries down to a size, or "
+    prune = add("prune", help="evict least recently used entries down to a size, or "
                                          "entries unused for an age")
     prune.add_argument("--max-size", metavar="SIZE",
                        help="evict down to SIZE (500M, 2G; default: the cache's limit)")
     prune.add_argument("--older-than", metavar="AGE", help="evict entries unused for AGE (30d)")
     prune.add_argument("--json", action="store_true", help="say what was evicted as JSON")
 
-    export = sub.add_parser("export", help="write the cache (or a part) to a bundle file")
+
+def _add_file_commands(add: _Add) -> None:
+    """The commands that move entries through files (``export``, ``import``, ``warm``) and
+    ``config``."""
+    export = add("export", help="write the cache (or a part) to a bundle file")
     export.add_argument("path", metavar="PATH", help="the bundle file to write")
     export.add_argument("--device", "-d", metavar="SPEC", help="only this device's entries")
     export.add_argument("--kernel", "-k", action="append", metavar="NAME",
@@ -241,11 +295,11 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--force", "-f", action="store_true", help="replace an existing PATH")
     export.add_argument("--json", action="store_true", help="the report as JSON")
 
-    imp = sub.add_parser("import", help="add a bundle's entries (never overwriting yours)")
+    imp = add("import", help="add a bundle's entries (never overwriting yours)")
     imp.add_argument("path", metavar="PATH", help="the bundle file to read")
     imp.add_argument("--json", action="store_true", help="the report as JSON")
 
-    warm = sub.add_parser("warm", help="build every .cl file under PATHs into the cache, in "
+    warm = add("warm", help="build every .cl file under PATHs into the cache, in "
                                        "parallel processes")
     warm.add_argument("paths", nargs="+", metavar="PATH", help="files or folders (.cl files)")
     warm.add_argument("--opts", default="", metavar="OPTIONS",
@@ -259,9 +313,8 @@ def build_parser() -> argparse.ArgumentParser:
                       help="processes building at once (default: one per CPU)")
     warm.add_argument("--json", action="store_true", help="the report as JSON")
 
-    config = sub.add_parser("config", help="every setting: value and where it came from")
+    config = add("config", help="every setting: value and where it came from")
     config.add_argument("--json", action="store_true", help="as JSON")
-    return parser
 
 
 #: options whose value may start with "-" (a negative size is then refused by clmagic, in its
@@ -309,3 +362,12 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("clmagic: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `clmagic ls | head`: the reader left; nothing more to say
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+    except OSError as exc:  # a file the work needed failed (disk full, permission): one line
+        if args.cmd == "run":
+            raise  # the script's own error: its traceback, as python shows it
+        where = f": {exc.filename}" if exc.filename else ""
+        print(f"clmagic: {exc.strerror or exc}{where}", file=sys.stderr)
+        return 1
