@@ -10,6 +10,7 @@ from functools import lru_cache
 
 import pyopencl as cl
 
+from clmagic._fork import after_fork, disown
 from clmagic.opencl import driver
 from clmagic.errors import DeviceError
 from clmagic._format import device_label
@@ -241,6 +242,19 @@ def adopt_context(ctx: cl.Context, queue: cl.CommandQueue | None = None) -> Devi
 def forget_contexts() -> None:
     """Drop every kept context (a fresh start, for tests)."""
     _contexts.clear()
+
+
+def _after_fork() -> None:
+    """A forked child makes its own contexts and queues: an OpenCL context does not work
+    after a fork (POCL's worker threads are not in the child), so the parent's are disowned
+    (never used, never released here). The devices and the verdicts about them stand."""
+    global _contexts_lock, _verdicts_lock
+    disown(dict(_contexts))
+    _contexts.clear()
+    _contexts_lock, _verdicts_lock = threading.Lock(), threading.Lock()
+
+
+after_fork(_after_fork)
 
 
 # -- which devices can build here -----------------------------------------------------------------

@@ -28,11 +28,13 @@ import socket
 import stat
 import struct
 import threading
+import weakref
 import zlib
 from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
 
+from clmagic._fork import after_fork
 from clmagic._warn import warn_once
 from clmagic.store._fs import O_NOFOLLOW, read_regular
 
@@ -133,6 +135,17 @@ def _add(into: Tally, tally: Tally, sign: float = 1.0) -> None:
 
 _shared: dict[str, Counters] = {}
 _shared_lock = threading.Lock()
+_ALL: weakref.WeakSet[Counters] = weakref.WeakSet()
+
+
+def _after_fork() -> None:
+    global _shared_lock
+    _shared_lock = threading.Lock()
+    for counters in list(_ALL):
+        counters.reset_after_fork()
+
+
+after_fork(_after_fork)
 
 
 def counters_for(folder: str | os.PathLike[str] | None) -> Counters:
@@ -162,6 +175,21 @@ class Counters:
         self._todo: Tally = {}  # counted, not written yet
         self._queued = False  # a flush is asked for
         self._broken = folder is None
+        _ALL.add(self)
+
+    def reset_after_fork(self) -> None:
+        """In a forked child: a new lock (the parent's may have been held); what the parent
+        counted and has not written yet is the parent's to write (not twice); the parent's file
+        is the parent's (its descriptor closed here: the child makes its own at its first
+        event). This session's counts, like the history, are the child's copy."""
+        self._lock = threading.Lock()
+        self._todo, self._queued = {}, False
+        if self._fd is not None:
+            try:
+                os.close(self._fd)  # the child's copy of the descriptor only
+            except OSError:
+                pass
+        self._fd, self._pid = None, -1
 
     # -- writing -------------------------------------------------------------------------------
 

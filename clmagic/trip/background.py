@@ -10,44 +10,72 @@ Nothing is lost on the way:
 - a pending save completes before the same key is looked up again (:func:`wait_everywhere`),
   before anyone reads a compiler's store (``Compiler.store``), before the next IPython cell runs
   (``%load_ext clmagic`` registers that), and before the process exits normally (an ``atexit``
-  handler flushes every saver);
+  handler flushes every saver, for at most :data:`EXIT_WAIT_S`: a save still running then is
+  dropped, with one warning, rather than holding the exit);
 - a save is written to a temp file and renamed into place by the stores, so a process that dies
   mid-save leaves no half-written entry;
 - a job that fails is reported once (as a synchronous save would be) and never takes the
-  worker down.
+  worker down; a wait never waits on a worker that is not there (one is started again).
+
+A forked child starts with empty savers and hit counters (:mod:`clmagic._fork`): the parent's
+queued jobs are the parent's (its thread runs them; the child has no such thread, and its exit
+would wait for them for ever), and a save the child was waiting for says it was left to the
+parent.
 """
 
 from __future__ import annotations
 
 import atexit
+import sys
 import threading
 import time
 import weakref
 from collections import deque
 from collections.abc import Callable, Hashable
-from typing import TYPE_CHECKING, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
+from clmagic._fork import after_fork
 from clmagic._warn import warn_once
 
 if TYPE_CHECKING:
     from clmagic.store import Store
 
-__all__ = ["Saver", "Pending", "HitCounter", "flush_all", "wait_everywhere", "exiting"]
+__all__ = ["Saver", "Pending", "HitCounter", "flush_all", "wait_everywhere", "exiting",
+           "EXIT_WAIT_S", "FORKED_NOTE"]
+
+#: the longest the process's normal exit waits for the saves still queued or running, in all
+EXIT_WAIT_S = 10.0
+#: how often a waiter checks that the worker it waits for is still there
+_CHECK_S = 0.5
+#: a save's note in a forked child, whose parent was saving it when the child was made
+FORKED_NOTE = "not saved by this process (forked while its parent saved it)"
 
 _SAVERS: weakref.WeakSet[Saver] = weakref.WeakSet()
+_UNSETTLED: weakref.WeakSet[Pending[Any]] = weakref.WeakSet()
+_COUNTERS: weakref.WeakSet[HitCounter] = weakref.WeakSet()
 T = TypeVar("T")
 
 
 class Pending(Generic[T]):
-    """A save under way: ``value`` as it stands (no waiting), :meth:`wait` for the final one."""
+    """A save under way: ``value`` as it stands (no waiting), :meth:`wait` for the final one.
+    ``forked(value)``: the final value in a child forked before it settled (the parent's job
+    settles the parent's copy only); default: the value as it stands."""
 
-    def __init__(self, value: T):
+    def __init__(self, value: T, forked: Callable[[T], T] | None = None):
         self.value = value
+        self._forked = forked
         self._done = threading.Event()
+        _UNSETTLED.add(self)
 
     def settle(self, value: T) -> None:
         self.value = value
         self._done.set()
+        _UNSETTLED.discard(self)
+
+    def reset_after_fork(self) -> None:
+        """In a forked child: settled now, with ``forked(value)``."""
+        self._done = threading.Event()  # the parent's may have been mid-set: its lock held
+        self.settle(self._forked(self.value) if self._forked else self.value)
 
     @property
     def done(self) -> bool:
@@ -72,6 +100,12 @@ class Saver:
     LAZY_S = 1.0
 
     def __init__(self) -> None:
+        self.reset_after_fork()
+        _SAVERS.add(self)
+
+    def reset_after_fork(self) -> None:
+        """An empty queue, no thread (a new saver, or a forked child's copy of one: the jobs
+        queued are the parent's)."""
         self._cond = threading.Condition()
         self._jobs: deque[tuple[tuple[Hashable, ...], Callable[[], object]]] = deque()
         self._pending: dict[Hashable, int] = {}
@@ -79,7 +113,6 @@ class Saver:
         self._awake = False  # run the queue now (a job that wakes was queued, or a flush)
         self._since = 0.0  # when the oldest job waiting was queued
         self._thread: threading.Thread | None = None
-        _SAVERS.add(self)
 
     def submit(self, tag: Hashable, job: Callable[[], object], *more: Hashable,
                wake: bool = True) -> None:
@@ -94,14 +127,17 @@ class Saver:
             self._busy += 1
             for t in tags:
                 self._pending[t] = self._pending.get(t, 0) + 1
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(target=self._run, name="clmagic-saver",
-                                                daemon=True)
-                self._thread.start()
+            self._ensure_worker()
             if wake:
                 self._awake = True
             if wake or first:
                 self._cond.notify_all()
+
+    def _ensure_worker(self) -> None:
+        """Start the worker thread if there is none (called with the condition held)."""
+        if self._thread is None or not self._thread.is_alive():
+            self._thread = threading.Thread(target=self._run, name="clmagic-saver", daemon=True)
+            self._thread.start()
 
     def pending(self, tag: Hashable) -> bool:
         """Whether a job tagged ``tag`` has not finished yet (no waiting)."""
@@ -109,25 +145,32 @@ class Saver:
 
     def wait(self, tag: Hashable) -> None:
         """Wait until no job tagged ``tag`` is queued or running (at once when none is)."""
-        if tag not in self._pending or self._on_worker():
-            return
-        with self._cond:
-            if tag in self._pending:  # (checked again: a wake is spent only with a queue)
-                self._awake = True
-                self._cond.notify_all()
-            while tag in self._pending:
-                self._cond.wait()
+        if tag in self._pending and not self._on_worker():
+            self._wait_until(lambda: tag not in self._pending, None)
 
-    def flush(self) -> None:
-        """Wait until every job submitted so far has finished."""
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait until every job submitted so far has finished (at most ``timeout`` seconds);
+        whether they have."""
         if not self._busy or self._on_worker():
-            return
+            return True
+        return self._wait_until(lambda: not self._busy, timeout)
+
+    def _wait_until(self, done: Callable[[], bool], timeout: float | None) -> bool:
+        """Wake the worker and wait until ``done()`` (or ``timeout``); a worker that is not there
+        (it died, or this is a forked child's copy) is started again, so no wait is for ever."""
+        end = None if timeout is None else time.monotonic() + timeout
         with self._cond:
-            if self._busy:  # (checked again: a wake is spent only with a queue)
+            if not done():  # (checked again: a wake is spent only with a queue)
                 self._awake = True
                 self._cond.notify_all()
-            while self._busy:
-                self._cond.wait()
+            while not done():
+                left = _CHECK_S if end is None else min(_CHECK_S, end - time.monotonic())
+                if left <= 0:
+                    return False
+                if self._jobs:
+                    self._ensure_worker()
+                self._cond.wait(left)
+        return True
 
     @property
     def busy(self) -> int:
@@ -137,33 +180,41 @@ class Saver:
     def _on_worker(self) -> bool:
         return self._thread is not None and threading.current_thread() is self._thread
 
+    def _next(self) -> tuple[tuple[Hashable, ...], Callable[[], object]]:
+        """The next job to run, once there is one and it is time (called with the condition)."""
+        while not self._jobs or not self._awake:
+            due = self._since + self.LAZY_S - time.monotonic()
+            if self._jobs and due <= 0:
+                break
+            self._cond.wait(due if self._jobs else None)
+        return self._jobs.popleft()
+
     def _run(self) -> None:
         # at the process's own priority: a thread reniced down could be preempted while it
         # holds the GIL, and then the user's thread would wait for it
         while True:
             with self._cond:
-                while not self._jobs or not self._awake:
-                    due = self._since + self.LAZY_S - time.monotonic()
-                    if self._jobs and due <= 0:
-                        break
-                    self._cond.wait(due if self._jobs else None)
-                tags, job = self._jobs.popleft()
+                tags, job = self._next()
             try:
                 job()
-            except Exception as exc:  # a save that fails is reported, never fatal
+            except BaseException as exc:  # noqa: BLE001 - a save that fails is reported, never
+                # fatal (a job's SystemExit would end this thread with the queue unserved)
                 warn_once(f"clmagic could not finish a save in the background ({exc})")
             finally:
-                with self._cond:
-                    self._busy -= 1
-                    if not self._jobs:
-                        self._awake = False  # a wake (or flush) is spent with the queue
-                    for tag in tags:
-                        left = self._pending[tag] - 1
-                        if left:
-                            self._pending[tag] = left
-                        else:
-                            del self._pending[tag]
-                    self._cond.notify_all()
+                self._done(tags)
+
+    def _done(self, tags: tuple[Hashable, ...]) -> None:
+        with self._cond:
+            self._busy -= 1
+            if not self._jobs:
+                self._awake = False  # a wake (or flush) is spent with the queue
+            for tag in tags:
+                left = self._pending[tag] - 1
+                if left:
+                    self._pending[tag] = left
+                else:
+                    del self._pending[tag]
+            self._cond.notify_all()
 
 
 class HitCounter:
@@ -172,6 +223,12 @@ class HitCounter:
 
     def __init__(self, saver: Saver) -> None:
         self._saver = saver
+        self.reset_after_fork()
+        _COUNTERS.add(self)
+
+    def reset_after_fork(self) -> None:
+        """No hits to count (a new counter, or a forked child's copy: the parent counts its
+        own, and the job that would count the child's copies is in the parent's queue)."""
         self._lock = threading.Lock()
         self._hits: list[tuple[Store, str, str, float]] = []
 
@@ -207,10 +264,14 @@ def wait_everywhere(tag: Hashable) -> None:
         saver.wait(tag)
 
 
-def flush_all() -> None:
-    """Finish every pending save of every saver (run at normal exit)."""
+def flush_all(timeout: float | None = None) -> bool:
+    """Finish every pending save of every saver, in at most ``timeout`` seconds in all (run at
+    normal exit); whether they all finished."""
+    end = None if timeout is None else time.monotonic() + timeout
     for saver in list(_SAVERS):
-        saver.flush()
+        if not saver.flush(None if end is None else max(end - time.monotonic(), 0.0)):
+            return False
+    return True
 
 
 _exiting = False
@@ -222,10 +283,26 @@ def exiting() -> bool:
 
 
 def _at_exit() -> None:
+    """Finish the last saves, for at most :data:`EXIT_WAIT_S`: an exit is not held longer (a
+    save cut short leaves no entry behind, the stores write by rename)."""
     global _exiting
     _exiting = True
-    flush_all()
+    if not flush_all(EXIT_WAIT_S):
+        left = sum(saver.busy for saver in list(_SAVERS))
+        print(f"clmagic: warning: {left} background save(s) not finished at exit after "
+              f"{EXIT_WAIT_S:g} s; not saved", file=sys.stderr)
+
+
+def _after_fork() -> None:
+    """In a forked child: every saver and hit counter empty, every save under way settled."""
+    for saver in list(_SAVERS):
+        saver.reset_after_fork()
+    for counter in list(_COUNTERS):
+        counter.reset_after_fork()
+    for pending in list(_UNSETTLED):
+        pending.reset_after_fork()
 
 
 atexit.register(_at_exit)
+after_fork(_after_fork)
 

@@ -18,10 +18,12 @@ import sqlite3
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from clmagic._fork import after_fork, disown
 from clmagic._version import __version__
 from clmagic._warn import warn, warn_once
 from clmagic.entry import FORMAT_VERSION
@@ -35,6 +37,16 @@ __all__ = ["SQLiteFile", "MAX_LOCKED", "LOCK_PAUSE_S"]
 MAX_LOCKED = 3
 #: seconds writes pause after MAX_LOCKED lock timeouts in a row, before they are tried again
 LOCK_PAUSE_S = 60.0
+
+_FILES: weakref.WeakSet[SQLiteFile] = weakref.WeakSet()
+
+
+def _after_fork() -> None:
+    for file in list(_FILES):
+        file.reset_after_fork()
+
+
+after_fork(_after_fork)
 
 
 class SQLiteFile(Store):
@@ -55,7 +67,17 @@ class SQLiteFile(Store):
         self._locked = 0  # lock timeouts in a row
         self._paused_until = 0.0  # monotonic time before which writes are not tried (a lock)
         self.lock_pause_s = LOCK_PAUSE_S
+        _FILES.add(self)
         self._connection()
+
+    def reset_after_fork(self) -> None:
+        """In a forked child: a new lock (the parent's may have been held), and the parent's
+        connection disowned, not closed: SQLite's locks are the parent's, and closing a
+        connection in the child could checkpoint or truncate the WAL under the parent's feet.
+        The child opens its own connection at its first use, and writes its own provenance."""
+        self._lock = threading.RLock()
+        disown(self._conn)
+        self._conn, self._pid, self._provenance = None, -1, False
 
     @property
     def location(self) -> str:
