@@ -7,16 +7,26 @@ from __future__ import annotations
 from argparse import Namespace
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from clmagic.errors import OptionsError
 
 if TYPE_CHECKING:
-    from clmagic.trip.compiler import Compiler
-    from clmagic.ipython.magics import CLMagics
     from clmagic.store import Store
+    from clmagic.trip.compiler import Compiler
 
-__all__ = ["CLCACHE", "Subcommand", "run_clcache"]
+__all__ = ["CLCACHE", "Subcommand", "run_clcache", "Host"]
+
+
+class Host(Protocol):
+    """What a subcommand needs of the magics that run it (:class:`~clmagic.ipython.magics.CLMagics`
+    is one): their compiler, and the switch that sends every pyopencl program through it. Named
+    as a protocol so that this table does not import the magics that import it."""
+
+    cache_every_program: bool
+
+    @property
+    def compiler(self) -> Compiler: ...
 
 
 def _store_of(compiler: Compiler) -> Store:
@@ -25,13 +35,13 @@ def _store_of(compiler: Compiler) -> Store:
     return compiler.store
 
 
-def _frame(m: CLMagics, a: Namespace) -> object:
+def _frame(m: Host, a: Namespace) -> object:
     from clmagic.show.frames import cache_frame
 
     return cache_frame(a.device, compiler=m.compiler, origin=a.origin)
 
 
-def _stats(m: CLMagics, a: Namespace) -> object:
+def _stats(m: Host, a: Namespace) -> object:
     from clmagic.cache import manage
 
     if a.zero:
@@ -39,50 +49,50 @@ def _stats(m: CLMagics, a: Namespace) -> object:
     return manage.stats(m.compiler, origin=a.origin)
 
 
-def _history(m: CLMagics, a: Namespace) -> object:
+def _history(m: Host, a: Namespace) -> object:
     from clmagic.show.frames import history_frame
 
     return history_frame(compiler=m.compiler, origin=a.origin)
 
 
-def _info(m: CLMagics, a: Namespace) -> object:
+def _info(m: Host, a: Namespace) -> object:
     from clmagic.cache.manage import cache_info
 
     return cache_info(m.compiler)
 
 
-def _clear(m: CLMagics, a: Namespace) -> object:
+def _clear(m: Host, a: Namespace) -> object:
     from clmagic.cache.manage import clear_cache
 
     return clear_cache(a.device, a.older_than, a.keys, m.compiler, remote=a.remote,
                        origin=a.origin)
 
 
-def _widget(m: CLMagics, a: Namespace) -> object:
+def _widget(m: Host, a: Namespace) -> object:
     from clmagic.show.widget import CacheWidget
 
     return CacheWidget(m.compiler)
 
 
-def _export(m: CLMagics, a: Namespace) -> object:
+def _export(m: Host, a: Namespace) -> object:
     from clmagic.cache.bundle import export_bundle
 
     return export_bundle(a.keys[0], device=a.device, store=_store_of(m.compiler))
 
 
-def _import(m: CLMagics, a: Namespace) -> object:
+def _import(m: Host, a: Namespace) -> object:
     from clmagic.cache.bundle import import_bundle
 
     return import_bundle(a.keys[0], store=_store_of(m.compiler))
 
 
-def _use(m: CLMagics, a: Namespace) -> object:
+def _use(m: Host, a: Namespace) -> object:
     from clmagic.process.session import use
 
     return use(a.keys[0], compiler=m.compiler)
 
 
-def _install(m: CLMagics, on: bool) -> None:
+def _install(m: Host, on: bool) -> None:
     """``%clcache install`` / ``uninstall``: every pyopencl program through the cache."""
     m.cache_every_program = on
     print("every pyopencl program built from source now goes through clmagic's cache "
@@ -96,7 +106,7 @@ class Subcommand:
     ``older_than``, ``device``, ``origin``), whether ``keys`` is one PATH, and the one line that
     answers a misuse (when empty: which subcommands take the argument given)."""
 
-    run: Callable[[CLMagics, Namespace], object]
+    run: Callable[[Host, Namespace], object]
     takes: frozenset[str] = frozenset()
     misuse: str = ""
     needs_path: bool = False
@@ -123,7 +133,7 @@ CLCACHE: dict[str | None, Subcommand] = {
 }
 
 
-def run_clcache(m: CLMagics, args: Namespace) -> object:
+def run_clcache(m: Host, args: Namespace) -> object:
     """Run the subcommand ``args`` name, or say in one line which argument does not go with
     it."""
     sub = CLCACHE[args.command]

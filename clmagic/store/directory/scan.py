@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from clmagic._warn import warn_once
 from clmagic.entry import Entry, Usage
-from clmagic.store.base import Use, is_hex
+from clmagic.store.base import Use, is_hex, valid_name
 from clmagic.store.directory.files import (
     CODE_SUFFIX,
     HITS_SUFFIX,
@@ -26,27 +25,28 @@ from clmagic.store.directory.files import (
     index_size,
     read_entry_meta,
     sweep_tmp,
+    usage_beside,
 )
-
-if TYPE_CHECKING:
-    from clmagic.store.directory.store import DirectoryStore
 
 __all__ = ["list_entries", "scan_uses", "remove_uses", "clear"]
 
 
-def list_entries(store: DirectoryStore, fingerprint: str | None) -> Iterator[Entry]:
-    """Every valid entry of ``store`` (of one device folder with ``fingerprint``), with its
-    usage; an unreadable, damaged or misfiled entry is skipped, a foreign folder warned of."""
+def list_entries(root: Path, fingerprint: str | None, kind: str,
+                 check_folder: Callable[[Path], None]) -> Iterator[Entry]:
+    """Every valid entry under ``root`` (of one device folder with ``fingerprint``), with its
+    usage (``kind``: the store's); an unreadable, damaged or misfiled entry is skipped, a folder
+    that ``check_folder`` refuses (the store's own check: private, ours) warned of. The store
+    passes what it knows rather than itself, so this walk needs none of its inside."""
     try:
-        folders = [fingerprint] if fingerprint else sorted(os.listdir(store.root))
+        folders = [fingerprint] if fingerprint else sorted(os.listdir(root))
     except OSError:
         return
     for fp in folders:
         if not is_hex(fp, 16):
             continue
-        folder = os.path.join(store.root, fp)
+        folder = os.path.join(root, fp)
         try:
-            store._check_folder(Path(folder))
+            check_folder(Path(folder))
             names = set(os.listdir(folder))
         except PermissionError as exc:
             warn_once(f"cache {exc.strerror}; its entries are not used")
@@ -62,8 +62,8 @@ def list_entries(store: DirectoryStore, fingerprint: str | None) -> Iterator[Ent
             meta, size = read_entry_meta(os.path.join(folder, name))
             if meta is None or meta.key != key or meta.fingerprint != fp:
                 continue  # unreadable, damaged or filed under another name
-            usage = (store._usage(Path(folder, name), size) if key + HITS_SUFFIX in names
-                     else Usage(stored_bytes=size, store=store.kind))
+            usage = (usage_beside(Path(folder, name), size, kind) if key + HITS_SUFFIX in names
+                     else Usage(stored_bytes=size, store=kind))
             if meta.code_key + CODE_SUFFIX in names:  # the code index counts for its entry
                 index = index_size(os.path.join(folder, meta.code_key + CODE_SUFFIX), key)
                 usage = dataclasses.replace(usage, stored_bytes=usage.stored_bytes + index)
@@ -101,13 +101,16 @@ def scan_uses(root: Path) -> list[Use]:
     return out
 
 
-def remove_uses(store: DirectoryStore, victims: list[Use]) -> list[Use]:
-    """Unlink each entry unless it was rewritten since it was listed (another process's fresh
-    save keeps its entry). A reader that has the file open still reads it whole; one that opens
-    it later finds nothing and rebuilds."""
+def remove_uses(root: Path, victims: list[Use]) -> list[Use]:
+    """Unlink each entry under ``root`` unless it was rewritten since it was listed (another
+    process's fresh save keeps its entry). A reader that has the file open still reads it
+    whole; one that opens it later finds nothing and rebuilds. A name the cache never files is
+    left alone."""
     gone = []
     for v in victims:
-        path = store._path(v.fingerprint, v.key)
+        if not valid_name(v.fingerprint, v.key):
+            continue
+        path = Path(root, v.fingerprint, v.key + SUFFIX)
         try:
             st = path.lstat()
             if (st.st_ino, st.st_mtime_ns) != v.token:

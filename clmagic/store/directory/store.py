@@ -259,7 +259,7 @@ class DirectoryStore(Store):
     def remove_uses(self, victims: list[Use]) -> list[Use]:
         """Unlink each entry unless it was rewritten since it was listed (see
         :func:`~clmagic.store.directory.scan.remove_uses`)."""
-        return directory_scan.remove_uses(self, victims)
+        return directory_scan.remove_uses(self.root, victims)
 
     def record_hit(self, fingerprint: str, key: str, when: float | None = None) -> None:
         """Append one byte to the entry's ``.hits`` file (its size counts the hits, its mtime is
@@ -296,7 +296,7 @@ class DirectoryStore(Store):
         return True
 
     def entries(self, fingerprint: str | None = None) -> Iterator[Entry]:
-        return directory_scan.list_entries(self, fingerprint)
+        return directory_scan.list_entries(self.root, fingerprint, self.kind, self._check_folder)
 
     def clear(self, fingerprint: str | None = None) -> tuple[int, int]:
         return directory_scan.clear(self.root, fingerprint)
