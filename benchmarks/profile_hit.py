@@ -80,7 +80,7 @@ def main() -> None:
                 p.all_kernels()
                 bare.append(time.perf_counter() - t)
                 comp.forget()
-                comp._prepared.clear()  # as in a new process: the source prepared again
+                comp.state.forget_prepared()  # as in a new process: the source prepared again
                 timing[0] = True
                 prof.enable()
                 t = time.perf_counter()

@@ -14,7 +14,7 @@ from clmagic.errors import OptionsError
 
 __all__ = ["Settings", "default_cache_dir",
            "REDIS_SCHEMES", "SQLITE_SUFFIXES", "parse_size", "parse_age",
-           "DEFAULT_MAX_SIZE", "DEFAULT_MEMORY_MAX", "VARIABLES", "redact"]
+           "DEFAULT_MAX_SIZE", "DEFAULT_MEMORY_MAX", "DEFAULT_HISTORY_MAX", "VARIABLES", "redact"]
 
 #: URL schemes that select the Redis store
 REDIS_SCHEMES = ("redis://", "rediss://")
@@ -47,12 +47,15 @@ def redact(text: str) -> str:
 DEFAULT_MAX_SIZE = 1 << 30
 #: programs kept in a process's memory (least recently used dropped first)
 DEFAULT_MEMORY_MAX = 256
+#: trips a process's history keeps (the newest; the older ones are counted, not kept)
+DEFAULT_HISTORY_MAX = 10_000
 
 #: setting → the environment variable(s) it is read from, first found wins
 VARIABLES: dict[str, tuple[str, ...]] = {
     "cache": ("CLMAGIC_CACHE_DIR",),
     "max_size": ("CLMAGIC_CACHE_MAX_SIZE",),
     "memory_max": ("CLMAGIC_MEMORY_MAX",),
+    "history_max": ("CLMAGIC_HISTORY_MAX",),
     "remote": ("CLMAGIC_REMOTE",),
     "remote_ttl": ("CLMAGIC_REMOTE_TTL",),
     "device": ("CLMAGIC_DEVICE", "PYOPENCL_CTX"),
@@ -129,6 +132,7 @@ class Settings:
     trust: bool = False
     max_size: int = DEFAULT_MAX_SIZE
     memory_max: int = DEFAULT_MEMORY_MAX
+    history_max: int = DEFAULT_HISTORY_MAX
     env: dict[str, str] = field(default_factory=dict)
     origins: dict[str, str] = field(default_factory=dict)
     #: the team secret entries are signed with (``CLMAGIC_CACHE_SECRET``); never shown
@@ -149,8 +153,9 @@ class Settings:
         ``CLMAGIC_CACHE_TRUST=1`` uses a cache folder that is world-writable or owned by another
         user (refused otherwise). ``CLMAGIC_CACHE_MAX_SIZE`` (``500M``, ``2G``, ``0`` = no
         limit; default 1 GiB) bounds the cache; ``CLMAGIC_MEMORY_MAX`` (default 256) the
-        programs kept in memory. A value that cannot be used is warned about once and the
-        default applies.
+        programs kept in memory; ``CLMAGIC_HISTORY_MAX`` (default 10000) the trips the session
+        history keeps (the newest: a long loop of builds must not grow the process without
+        bound). A value that cannot be used is warned about once and the default applies.
         ``CLMAGIC_CACHE_SECRET``: the team secret entries are signed with (HMAC-SHA256); stores
         others write then serve only entries signed with it. It is shown as ``***`` wherever
         the variables are shown.
@@ -194,9 +199,11 @@ class Settings:
                          "max_size")
         memory_max = _read(env, "CLMAGIC_MEMORY_MAX", _count, DEFAULT_MEMORY_MAX, origins,
                            "memory_max")
+        history_max = _read(env, "CLMAGIC_HISTORY_MAX", _count, DEFAULT_HISTORY_MAX, origins,
+                            "history_max")
         return cls(cache=cache, debug=debug, record=record, device=device, trust=trust,
                    remote=remote or None, remote_ttl=ttl, max_size=max_size,
-                   memory_max=memory_max, env=shown, origins=origins,
+                   memory_max=memory_max, history_max=history_max, env=shown, origins=origins,
                    secret=secret.encode() if secret else None)
 
     def describe(self) -> list[tuple[str, str, str, str]]:

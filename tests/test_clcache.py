@@ -101,7 +101,7 @@ def test_clear_older_than_uses_the_last_use(shell, compiler, cache_dir, filled, 
 
 def test_clear_everything(shell, compiler, filled):
     assert clcache(shell, "clear").entries == 4
-    assert stored(compiler) == set() and not compiler._memory
+    assert stored(compiler) == set() and not compiler.state.in_memory()
 
 
 def test_stats_history_info_widget(shell, compiler, filled, cache_dir, pocl, oclgrind):

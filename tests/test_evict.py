@@ -210,7 +210,7 @@ def test_memory_front_keeps_a_bounded_number_of_programs(cache_dir, pocl):
                                             "CLMAGIC_DEVICE": pocl, "CLMAGIC_MEMORY_MAX": "2"}))
     sources = [SAXPY.replace("scale", f"scale{i}") for i in range(3)]
     assert [c.build(s).outcome for s in sources] == ["MISS"] * 3
-    assert len(c._memory) == 2
+    assert len(c.state.in_memory()) == 2
     assert c.build(sources[2]).outcome == "MEMORY"  # recently used: still in memory
     assert c.build(sources[0]).outcome == "HIT"  # dropped from memory: a store hit, not a MISS
     assert c.build(sources[0]).outcome == "MEMORY"

@@ -63,7 +63,7 @@ def test_a_normal_exit_completes_pending_saves(cache_dir, pocl):
         "c = clmagic.Compiler()\n"
         f"src = {SAXPY!r}\n"
         "keys = [c.build(src + f'// {n}\\n').key for n in range(4)]\n"
-        "print(json.dumps({'keys': keys, 'busy': c._saver.busy}))\n"
+        "print(json.dumps({'keys': keys, 'busy': c.state.saves_pending}))\n"
     )
     out = last_json(run_child(code, CLMAGIC_CACHE_DIR=str(cache_dir), CLMAGIC_DEVICE=pocl))
     assert sorted(f"{k}.clbin" for k in out["keys"]) == [
@@ -135,7 +135,7 @@ def test_a_failing_save_is_reported_and_nobody_hangs(compiler, pocl, monkeypatch
     def broken(entry):
         raise OSError("disk on fire")
 
-    monkeypatch.setattr(compiler._store, "put", broken)
+    monkeypatch.setattr(compiler.store, "put", broken)
     r = compiler.build(SAXPY)
     assert not r.saved and "disk on fire" in r.note
     assert not compiler.history.records[-1].saved_to_store

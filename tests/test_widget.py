@@ -55,7 +55,7 @@ def test_widget_device_table_and_clears(compiler, built, pocl, oclgrind):
     w.use_button.click()
     assert compiler.resolve()[0].spec == oclgrind and w.use_button.disabled
     assert "Oclgrind Simulator" in w.building.value
-    assert not [k for k in compiler._memory if k[0] == built["saxpy"].device.fingerprint]
+    assert not [k for k in compiler.state.in_memory() if k[0] == built["saxpy"].device.fingerprint]
     assert [key for _, key in w.rows] == [built["ocl"].key]
     assert compiler.build(SAXPY).outcome == "MEMORY"  # the Oclgrind program, still in memory
     w.device.value = pocl

@@ -192,7 +192,8 @@ def stats(compiler: Compiler | None = None, origin: str | None = None) -> Stats:
     devices = usage(c.store)
     records = [r for r in c.history.records if from_origin(r.origin, origin)]
     s = Stats.of(records, location=_where(c.store), devices=devices,
-                 max_size=c.store.max_size if c.store is not None else 0)
+                 max_size=c.store.max_size if c.store is not None else 0,
+                 dropped=c.history.dropped)
     evicted = tally_of(c.counters.session)
     s.session.evictions, s.session.evicted_bytes = evicted.evictions, evicted.evicted_bytes
     life = lifetime_counts(c.store)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from argparse import ArgumentParser, Namespace
+from collections import OrderedDict
 from collections.abc import Callable
 
 from IPython.core.error import UsageError
@@ -17,7 +18,7 @@ __all__ = ["split_opts", "misspelt_option", "parse_line"]
 _OPTS = re.compile(r"(?:^|\s)--opts(?:=|\s+|$)")
 #: lines already read, per magic (a re-run cell reads its line once); at most this many each
 _READ_MAX = 256
-_read: dict[tuple[ArgumentParser, str], Namespace] = {}
+_read: OrderedDict[tuple[ArgumentParser, str], Namespace] = OrderedDict()
 
 
 def _outside_quotes(line: str, end: int) -> bool:
@@ -95,7 +96,7 @@ def parse_line(magic: Callable[..., object], line: str) -> Namespace:
         elif isinstance(value, str):
             setattr(args, name, _unquote(value))
     if len(_read) >= _READ_MAX:
-        _read.pop(next(iter(_read)))
+        _read.popitem(last=False)  # O(1): a dict's next(iter()) walks deleted slots
     _read[(parser, line)] = _copy(args)
     return args
 

@@ -37,7 +37,7 @@ import errno
 import os
 import re
 import threading
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
@@ -142,7 +142,8 @@ def _names_nothing(text: str) -> bool:
     return True
 
 
-_SCANNED: dict[str, _Named] = {}  # texts scanned in full (headers met again and again)
+#: texts scanned in full (headers met again and again)
+_SCANNED: OrderedDict[str, _Named] = OrderedDict()
 _SCANNED_MAX = 128
 _SCANNED_LOCK = threading.Lock()
 

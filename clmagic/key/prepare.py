@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -41,7 +42,7 @@ class Prepared:
 
 
 def prepare(source: str | bytes, options: Options, info: DeviceInfo,
-            memo: dict[tuple[object, ...], Prepared], lock: threading.Lock) -> Prepared:
+            memo: OrderedDict[tuple[object, ...], Prepared], lock: threading.Lock) -> Prepared:
     """Check and normalise the source, parse the options, find headers, hash the key.
 
     Remembered in ``memo`` (under ``lock``) for sources that include nothing, whose key depends

@@ -51,8 +51,7 @@ def get_compiler() -> Compiler:
 
         old, _compiler, _seen = _compiler, Compiler(), now
         if old is not None:
-            _compiler.history.records = old.history.records
-            _compiler.history.tally = old.history.tally
+            _compiler.history.carry(old.history)
             if old.store is not None:
                 old.store.close()
     return _compiler

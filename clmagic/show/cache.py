@@ -59,11 +59,17 @@ def _limit(s: Stats, total: int | None = None) -> str:
     return f"limit {fmt_bytes(s.max_size)} ({used / s.max_size:.0%} used)"
 
 
+def _not_kept(dropped: int) -> str:
+    return f"{count_of(dropped, 'older trip')} not kept (CLMAGIC_HISTORY_MAX)"
+
+
 def stats_text(s: Stats) -> str:
     """This session and the lifetime side by side, then the store and one line per device."""
     rows = [("", "session", "lifetime"), *stats_rows(s)]
     width = max(len(r[0]) for r in rows)
     lines = [f"{a:<{width}}  {b:>10}  {c:>10}" for a, b, c in rows]
+    if s.dropped:  # the session column counts the trips the history keeps
+        lines.append(f"session: {_not_kept(s.dropped)}")
     lines.append(f"store: {s.location} · {count_of(s.entries, 'entry')} · "
                  f"{fmt_bytes(s.bytes)} · {_limit(s)}")
     for d in s.devices:
@@ -91,7 +97,8 @@ def stats_html(s: Stats) -> str:
     return (
         '<div class="clmagic-stats">'
         f"<table><tr><th></th><th>session</th><th>lifetime</th></tr>{body}</table>"
-        f"<p>store: <code>{html.escape(s.location)}</code> · {count_of(s.entries, 'entry')} · "
+        + (f"<p>session: {_not_kept(s.dropped)}</p>" if s.dropped else "")
+        + f"<p>store: <code>{html.escape(s.location)}</code> · {count_of(s.entries, 'entry')} · "
         f"{fmt_bytes(s.bytes)} · {html.escape(_limit(s))}</p>"
         "<table><tr><th>device</th><th>fingerprint</th><th>entries</th><th>size</th>"
         f"<th>hits</th><th>evictions</th></tr>{devs}</table></div>"

@@ -1,10 +1,8 @@
-"""The history of build trips in this process, and the tally drawn from it."""
+"""What a build trip leaves: its :class:`Record`, and the tallies and statistics drawn from records
+(the history that keeps them is :mod:`clmagic.trip.history`)."""
 
 from __future__ import annotations
 
-import dataclasses
-import sys
-import weakref
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -15,7 +13,7 @@ from clmagic.outcome import SERVED, UNCACHED, Outcome
 if TYPE_CHECKING:
     from clmagic.opencl.devices import DeviceInfo
 
-__all__ = ["Record", "History", "Stats", "DeviceUsage", "from_origin",
+__all__ = ["Record", "Stats", "DeviceUsage", "from_origin",
            "RECORD_LEVELS", "Tally", "tally_of"]
 
 
@@ -80,89 +78,6 @@ class Record:
             source_bytes=self.source_bytes, build_ms=round(self.build_ms, 3), created=self.time,
             build_log=self.build_log, headers=list(self.headers), origin=self.origin,
             code_key=self.code_key, rekeyed_from=self.rekeyed_from)
-
-
-@dataclass
-class History:
-    """Every trip of this process at record ``level`` (``off``: none is kept; ``summary``:
-    without sources; ``full``: with them); prints one debug line per event when ``debug``."""
-
-    debug: bool = False
-    level: str = "summary"
-    records: list[Record] = field(default_factory=list)
-    tally: Counter[str] = field(default_factory=Counter)
-    #: told after every trip and every clear made through clmagic (weakly held: a widget that
-    #: is gone is not kept alive by the history)
-    listeners: list[weakref.WeakMethod[Any]] = field(default_factory=list)
-
-    def listen(self, method: Any) -> None:
-        """Call the bound ``method()`` after each trip and each clear (see :meth:`changed`)."""
-        self.listeners.append(weakref.WeakMethod(method))
-
-    def changed(self) -> None:
-        """Tell the listeners that the session or the store changed."""
-        alive = []
-        for ref in list(self.listeners):
-            method = ref()
-            if method is not None:
-                alive.append(ref)
-                method()
-        self.listeners[:] = alive
-
-    @property
-    def keep_source(self) -> bool:
-        """Whether records keep the source (level ``full``)."""
-        return self.level == "full"
-
-    @property
-    def active(self) -> bool:
-        """Whether adding a record does anything (a record is kept or a debug line printed)."""
-        return self.level != "off" or self.debug
-
-    def add(self, record: Record) -> Record:
-        """Append a record (dropping its source unless the record level is ``full``; keeping
-        nothing at level ``off``); the compiler calls :meth:`changed` after it, outside its
-        lock."""
-        if self.level != "off":
-            if not self.keep_source and record.source is not None:
-                record = dataclasses.replace(record, source=None)
-            self.records.append(record)
-        detail = f"{record.ms:.1f} ms"
-        if record.outcome in (Outcome.REKEYED, Outcome.FAILED):
-            detail += f" · {record.note}"
-        self.event(record.outcome, record.key, record.kernels, count=True, detail=detail)
-        if record.saved_to_store:
-            self.event("SAVE", record.key, record.kernels, count=True)
-        return record
-
-    def settle(self, record: Record, saved: bool, note: str) -> None:
-        """Say how the background save of ``record`` (as :meth:`add` returned it) ended."""
-        for i in range(len(self.records) - 1, -1, -1):
-            if self.records[i] is record:
-                self.records[i] = dataclasses.replace(record, saved_to_store=saved, note=note)
-                break
-        if saved:
-            self.event("SAVE", record.key, record.kernels, count=True)
-
-    def event(self, what: str, key: str, kernels: list[str], count: bool = False,
-              detail: str = "") -> None:
-        """Print one ``clmagic: WHAT key kernels (tally)`` debug line to stderr."""
-        if count:
-            self.tally[what] += 1
-        if not self.debug:
-            return
-        t = self.tally
-        tally = (f"hits {t[Outcome.HIT]}, memory {t[Outcome.MEMORY]}, rekeyed "
-                 f"{t[Outcome.REKEYED]}, misses {t[Outcome.MISS]}, saves {t['SAVE']}, corrupt "
-                 f"{t[Outcome.CORRUPT]}, failed {t[Outcome.FAILED]}")
-        names = ",".join(kernels) or "-"
-        extra = f" {detail}" if detail else ""
-        print(f"clmagic: {what:<7} {key[:12]} {names}{extra} ({tally})", file=sys.stderr)
-
-    def clear(self) -> None:
-        """Forget the history."""
-        self.records.clear()
-        self.tally.clear()
 
 
 def from_origin(origin: str, wanted: str | None) -> bool:
@@ -250,6 +165,9 @@ class Stats:
     location: str = "memory only"
     devices: list[DeviceUsage] = field(default_factory=list)
     max_size: int = 0
+    #: this session's older trips the history no longer keeps (``CLMAGIC_HISTORY_MAX``), so
+    #: ``session`` does not count them; ``lifetime`` does
+    dropped: int = 0
 
     @classmethod
     def of(cls, records: list[Record], **kwargs: Any) -> Stats:

@@ -1,33 +1,30 @@
-"""A MISS's save: the binary read out of the driver and stored, on the compiler's saver thread
+"""A MISS's save: the binary read out of the driver and stored, on the trip state's saver thread
 (:mod:`clmagic.trip.background`) so that the user waits for the build alone."""
 
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING
 
 import pyopencl as cl
 
 from clmagic.opencl import driver, readout
 from clmagic._warn import warn_once
 from clmagic.trip.records import Record
+from clmagic.store import Store
 from clmagic.trip.background import Pending, exiting
-
-if TYPE_CHECKING:  # the compiler hands itself over; it imports this module
-    from clmagic.trip.compiler import Compiler
-    from clmagic.store import Store
+from clmagic.trip.state import TripState
 
 __all__ = ["save", "save_later", "not_saved"]
 
 
-def save(compiler: Compiler, rec: Record, program: cl.Program, dev: cl.Device,
+def save(state: TripState, rec: Record, program: cl.Program, dev: cl.Device,
          aside: bool = False) -> tuple[bool, str]:
     """Store the entry of ``rec``, with the binary ``program`` holds for ``dev``; returns
     (saved, note). ``aside``: the user goes on with ``program`` meanwhile, so on a driver whose
     readout holds the driver (POCL) a source that reads no header is read out by a helper
     process (:mod:`clmagic.opencl.readout`), unless the process is ending (nobody launches anything
     then, and a helper would only add its start)."""
-    store = compiler._store
+    store = state.store
     if store is None:
         return False, "cache off (memory only)"
     binary = None
@@ -43,7 +40,7 @@ def not_saved(store: Store) -> str:
     return f"not saved ({store.reason or 'store refused it'})"
 
 
-def save_later(compiler: Compiler, rec: Record, kept: Record | None, program: cl.Program,
+def save_later(state: TripState, rec: Record, kept: Record | None, program: cl.Program,
                dev: cl.Device, why: str = "") -> Pending[Record]:
     """Read out and save the binary of ``rec``'s build on the saver's thread; the history's
     record (``kept``) then says how it ended, and so does the returned :class:`Pending`."""
@@ -52,21 +49,20 @@ def save_later(compiler: Compiler, rec: Record, kept: Record | None, program: cl
     def job() -> None:
         saved, note = False, "not saved"
         try:
-            saved, note = save(compiler, rec, program, dev, aside=True)
+            saved, note = save(state, rec, program, dev, aside=True)
             note = f"{why} · {note}" if why else note
         except Exception as exc:  # whatever went wrong, the build stands and nobody hangs
             note = f"not saved ({exc})"
             warn_once(f"clmagic could not save {rec.key[:12]} ({exc})")
         finally:
             if kept is not None:
-                with compiler._lock:
-                    compiler._history.settle(kept, saved, note)
+                state.settle(kept, saved, note)
             # counted once saved: a directory store's folder (and its counters) is made by its
             # first save
-            compiler.counters.add(rec.fingerprint, rec.outcome, 1, rec.saved_ms)
+            state.counters.add(rec.fingerprint, rec.outcome, 1, rec.saved_ms)
             pending.settle(dataclasses.replace(rec, saved_to_store=saved, note=note))
 
     # tagged by key, and by code key: a REKEYED lookup of the same code waits for it too
     code = (rec.fingerprint, "code", rec.code_key) if rec.code_key else None
-    compiler._saver.submit((rec.fingerprint, rec.key), job, code)
+    state.submit_save((rec.fingerprint, rec.key), job, code)
     return pending

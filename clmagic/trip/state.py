@@ -1,0 +1,357 @@
+"""The build trip's state, with one owner: :class:`TripState` holds what a compiler keeps between
+trips (the memory front, the programs built for callers' contexts, the prepared sources, the
+history, the saver, the hit counter, the store, the lock) and offers every step that reads or
+changes it as a public method.
+
+Why one owner: the trip is told in several modules (:mod:`clmagic.trip.compiler` for a cell,
+:mod:`clmagic.trip.programs` for a caller's context, :mod:`clmagic.trip.rekey`,
+:mod:`clmagic.trip.save`), and each of them used to reach into the compiler's private
+attributes, taking its lock on its own. Here the lock is taken in one place, by the methods
+that need it, and the other modules call those methods. This module imports none of them (they
+take a :class:`TripState`), so nothing here can form an import cycle with them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
+
+import pyopencl as cl
+
+from clmagic._memo import remember
+from clmagic._warn import warn_once
+from clmagic.config import Settings
+from clmagic.entry import Entry
+from clmagic.errors import BuildError, ClmagicError, CorruptEntry
+from clmagic.key.includes import strip_comments
+from clmagic.key.options import BuildOptions
+from clmagic.key.prepare import Options, Prepared, prepare
+from clmagic.opencl import driver, vet
+from clmagic.opencl.devices import DeviceInfo
+from clmagic.store import Store
+from clmagic.store.lifetime import Counters
+from clmagic.trip.background import HitCounter, Pending, Saver, wait_everywhere
+from clmagic.outcome import Outcome
+from clmagic.trip.history import History
+from clmagic.trip.records import Record
+from clmagic.trip.results import BuildResult
+
+__all__ = ["TripState", "Trip", "served_from", "PROGRAMS_MAX"]
+
+#: how many programs built for callers' contexts (the pyopencl hook) a compiler keeps in memory
+PROGRAMS_MAX = 256
+
+#: the (fingerprint, key) of one program in the memory front
+Memo = tuple[str, str]
+
+
+@dataclass(frozen=True)
+class Trip:
+    """One :meth:`Compiler.build <clmagic.trip.compiler.Compiler.build>` under way: the
+    prepared source and its device, context and queue, and when the trip's clock started."""
+
+    prep: Prepared
+    info: DeviceInfo
+    dev: cl.Device
+    ctx: cl.Context
+    queue: cl.CommandQueue
+    line_offset: int
+    t0: float
+    setup_ms: float = 0.0
+
+    @property
+    def memo(self) -> Memo:
+        """Where the trip's program is kept in the memory front."""
+        return self.info.fingerprint, self.prep.key
+
+
+def served_from(entry: Entry, store: Store | None) -> str:
+    """A HIT's note: which store the entry came from."""
+    return f"from {entry.usage.store or (store.kind if store else '')} cache"
+
+
+class TripState:
+    """What a compiler keeps between build trips, and the steps that use it.
+
+    The lock guards the memory front, the programs memo, the prepared memo and the history;
+    the builds themselves run in parallel, outside it. ``memory_max`` programs stay in memory,
+    the least recently used dropped first.
+    """
+
+    def __init__(self, settings: Settings, store: Store | None) -> None:
+        self.settings = settings
+        #: programs kept in memory, least recently used dropped first (``CLMAGIC_MEMORY_MAX``)
+        self.memory_max = settings.memory_max
+        self.history = History(debug=settings.debug, level=settings.record,
+                               limit=settings.history_max)
+        self._memory: OrderedDict[Memo, driver.Built] = OrderedDict()
+        #: programs built for callers' contexts (the pyopencl hook), by their keys
+        self._programs: OrderedDict[tuple[Memo, ...], driver.Built] = OrderedDict()
+        self._prepared: OrderedDict[tuple[object, ...], Prepared] = OrderedDict()
+        self._lock = threading.Lock()
+        #: a MISS's binary readout and save, and the hit counter, run here, off the user's path
+        self._saver = Saver()
+        self._hits = HitCounter(self._saver)  # store hits, counted in batches
+        self._no_counters = Counters(None)  # this session's counts when there is no store
+        self._store = store
+
+    # -- the store, the background work ---------------------------------------------------------
+
+    @property
+    def store(self) -> Store | None:
+        """Where entries are kept (``None``: memory only), as it stands: no waiting for saves."""
+        return self._store
+
+    def replace_store(self, store: Store | None) -> None:
+        """Use ``store`` from now on, once this state's saves are done; nothing built or loaded
+        before is served from memory afterwards (a new generation)."""
+        self._saver.flush()
+        with self._lock:
+            self._store = store
+            self._memory.clear()
+            self._programs.clear()
+
+    @property
+    def counters(self) -> Counters:
+        """The store's lifetime (and session) counters; session only without a store."""
+        return self._store.counters if self._store is not None else self._no_counters
+
+    def flush(self) -> None:
+        """Wait for every save and hit count still running in the background."""
+        self._saver.flush()
+
+    @property
+    def saves_pending(self) -> int:
+        """Background jobs (saves, counts) queued or running: no waiting."""
+        return self._saver.busy
+
+    def submit_save(self, tag: Hashable, job: Callable[[], object], *more: Hashable) -> None:
+        """Run a save's ``job`` on the saver's thread now; lookups of ``tag`` (and of ``more``)
+        wait for it."""
+        self._saver.submit(tag, job, *more)
+
+    def later(self, job: Callable[[], object]) -> None:
+        """Run ``job`` on the saver's thread, when it runs anyway (see :class:`Saver`)."""
+        self._saver.submit(None, job, wake=False)
+
+    def count_hit(self, fingerprint: str, key: str) -> None:
+        """Count a store hit on the saver's thread, when it runs anyway (the user does not wait
+        for a counter)."""
+        if self._store is not None:
+            self._hits.count(self._store, fingerprint, key)
+
+    # -- memory: prepared sources, programs -----------------------------------------------------
+
+    def prepare(self, source: str | bytes, options: Options, info: DeviceInfo) -> Prepared:
+        """The source checked, its options parsed, headers found, key hashed (remembered for
+        sources that include nothing: :func:`clmagic.key.prepare.prepare`)."""
+        return prepare(source, options, info, self._prepared, self._lock)
+
+    def forget_prepared(self) -> None:
+        """Prepare every source again, as a new process would (for measurements)."""
+        with self._lock:
+            self._prepared.clear()
+
+    def recall(self, memo: Memo, context: cl.Context) -> driver.Built | None:
+        """The program kept in memory for ``memo`` in ``context`` (now the most recently used),
+        or ``None``."""
+        built = self._memory.get(memo)
+        if built is None or built.context != context:
+            return None
+        with self._lock:
+            if memo in self._memory:
+                self._memory.move_to_end(memo)
+        return built
+
+    def keep(self, memo: Memo, built: driver.Built) -> None:
+        """Keep a program in memory, dropping the least recently used past ``memory_max``."""
+        with self._lock:
+            self._memory[memo] = built
+            self._memory.move_to_end(memo)
+            while len(self._memory) > max(self.memory_max, 1):
+                self._memory.popitem(last=False)
+
+    def in_memory(self) -> list[Memo]:
+        """The (fingerprint, key) of every program in the memory front, least recently used
+        first."""
+        with self._lock:
+            return list(self._memory)
+
+    def recall_program(self, keys: tuple[Memo, ...], context: cl.Context,
+                       devs: list[cl.Device]) -> driver.Built | None:
+        """The program built earlier for these keys in ``context`` for these very devices (twin
+        devices share a key), or ``None``."""
+        built = self._programs.get(keys)
+        if (built is None or built.context != context
+                or built.program.get_info(cl.program_info.DEVICES) != devs):
+            return None
+        return built
+
+    def keep_program(self, keys: tuple[Memo, ...], built: driver.Built) -> None:
+        """Keep a program built for a caller's context, dropping the oldest past
+        :data:`PROGRAMS_MAX`."""
+        with self._lock:
+            remember(self._programs, keys, built, PROGRAMS_MAX)
+
+    def forget(self, fingerprint: str | None = None, key: str | None = None) -> int:
+        """Drop in-memory programs (all, of one device, or one key); returns how many."""
+        def hit(f: str, k: str) -> bool:
+            return (fingerprint is None or f == fingerprint) and (key is None or k == key)
+
+        with self._lock:
+            doomed = [k for k in self._memory if hit(*k)]
+            for k in doomed:
+                del self._memory[k]
+            gone = [ks for ks in self._programs if any(hit(f, k) for f, k in ks)]
+            for ks in gone:
+                del self._programs[ks]
+        return len(doomed) + len(gone)
+
+    # -- the store's entries, the driver ---------------------------------------------------------
+
+    def lookup(self, info: DeviceInfo, key: str) -> tuple[Entry | None, bool]:
+        """The stored entry of ``key`` (``None`` when there is none) and whether a damaged one
+        was found (reported, deleted, rebuilt by the caller)."""
+        if self._store is None:
+            return None, False
+        wait_everywhere((info.fingerprint, key))  # a save of this key still under way
+        try:
+            return self._store.get(info.fingerprint, key), False
+        except (CorruptEntry, OSError) as exc:
+            return None, self.damaged(info, key, exc)
+
+    def damaged(self, info: DeviceInfo, key: str, exc: Exception) -> bool:
+        """Report a damaged entry and delete it (to be rebuilt); returns ``True``."""
+        warn_once(f"cache entry {key[:12]} is damaged ({exc}); rebuilding it")
+        self.event("CORRUPT", key, detail=str(exc))
+        if self._store is not None:
+            self._store.delete(info.fingerprint, key)
+        return True
+
+    def from_store(self, trip: Trip) -> tuple[driver.Built | None, Outcome, str]:
+        """The trip's program from the store: (built, HIT, note), kept in memory and counted;
+        (None, MISS or CORRUPT, "") when the store has no usable entry (a damaged one is
+        removed, to be rebuilt)."""
+        entry, corrupt = self.lookup(trip.info, trip.prep.key)
+        if entry is not None:
+            try:
+                built = self.load(trip.ctx, [trip.dev], [entry], trip.prep.opts)
+            except CorruptEntry as exc:
+                corrupt = self.damaged(trip.info, trip.prep.key, exc)
+            else:
+                self.keep(trip.memo, built)
+                self.count_hit(*trip.memo)
+                return built, Outcome.HIT, served_from(entry, self._store)
+        return None, Outcome.CORRUPT if corrupt else Outcome.MISS, ""
+
+    def load(self, ctx: cl.Context, devs: list[cl.Device], entries: list[Entry],
+             opts: BuildOptions, kernels: bool = True) -> driver.Built:
+        """The program made from the entries' binaries, one per device of ``devs``; the first
+        entry's original build time and log go with it."""
+        for e in entries:  # a binary from elsewhere: proven loadable in a child first
+            if e.foreign:
+                vet.vouch(e, opts.effective, self._store)
+        try:
+            built = driver.from_binaries(ctx, devs, [e.binary or b"" for e in entries],
+                                         opts.effective, kernels)
+        except cl.Error as exc:
+            raise CorruptEntry(f"the driver refused the stored binary: {exc}") from None
+        return dataclasses.replace(built, build_ms=entries[0].build_ms,
+                                   log=entries[0].meta.build_log,
+                                   log_from=entries[0].meta.rekeyed_from)
+
+    @staticmethod
+    def compile(ctx: cl.Context, devs: list[cl.Device], label: str, prep: Prepared,
+                line_offset: int = 0, kernels: bool = True) -> driver.Built:
+        """Build from source for ``devs`` in one driver call."""
+        if not strip_comments(prep.source).strip():  # checked here: a cached source has code
+            raise ClmagicError("the source holds only comments: nothing to compile")
+        try:
+            return driver.from_source(ctx, devs, prep.source, prep.opts.effective, kernels)
+        except driver.BuildFailed as exc:
+            raise BuildError(exc.log, options=prep.opts.effective, device=label,
+                             line_offset=line_offset) from None
+
+    # -- records, the history, the counters -----------------------------------------------------
+
+    @staticmethod
+    def record(info: DeviceInfo, prep: Prepared, t0: float, outcome: Outcome, built: driver.Built,
+               *, saved: bool = False, note: str = "", origin: str = "cell",
+               log: str | None = None, code_key: str | None = None, line_offset: int = 0,
+               setup_ms: float = 0.0) -> Record:
+        """The trip's record for one device (the history takes it in :meth:`keep_records`)."""
+        return Record(
+            time=time.time(), outcome=outcome, kernels=list(built.names),
+            ms=(time.perf_counter() - t0) * 1000, build_ms=built.build_ms, device=info,
+            key=prep.key, options=prep.opts.effective, preview=prep.preview, source=prep.source,
+            source_bytes=len(prep.src), headers=prep.headers,
+            build_log=built.log if log is None else log, line_offset=line_offset,
+            saved_to_store=saved, note=note, origin=origin, code_key=code_key or "",
+            rekeyed_from=built.log_from, setup_ms=setup_ms)
+
+    def keep_records(self, recs: Sequence[Record]) -> list[Record | None]:
+        """Add the records to the history; each as the history keeps it (``None`` when it keeps
+        nothing: ``CLMAGIC_RECORD=off`` without debug). Call :meth:`changed` afterwards."""
+        if not self.history.active:
+            return [None] * len(recs)
+        with self._lock:
+            return [self.history.add(rec) for rec in recs]
+
+    def count(self, rec: Record) -> None:
+        """Count a trip that saves nothing in the lifetime counters (written when the saver
+        runs anyway)."""
+        self.counters.add(rec.fingerprint, rec.outcome, 1, rec.saved_ms, later=self.later)
+
+    def changed(self) -> None:
+        """Tell the history's listeners (outside the lock: they may read the history)."""
+        self.history.changed()
+
+    def settle(self, kept: Record, saved: bool, note: str) -> None:
+        """Say in the history how the background save of ``kept`` ended."""
+        with self._lock:
+            self.history.settle(kept, saved, note)
+
+    def event(self, what: str, key: str, detail: str = "") -> None:
+        """One debug line (``CLMAGIC_CACHE_DEBUG``) for an event that is not a trip."""
+        if self.history.debug:
+            with self._lock:
+                self.history.event(what, key, [], detail=detail)
+
+    def failed(self, infos: list[DeviceInfo], prep: Prepared, t0: float, exc: BuildError,
+               origin: str = "cell") -> None:
+        """FAILED records (one per device) for a build the driver refused: its first error line
+        as the note, its log as the build log."""
+        for info in infos:
+            self.counters.add(info.fingerprint, Outcome.FAILED)
+        if not self.history.active:
+            return
+        self.keep_records([
+            Record(time=time.time(), outcome=Outcome.FAILED, kernels=[],
+                   ms=(time.perf_counter() - t0) * 1000, build_ms=0.0, device=info,
+                   key=prep.key, options=prep.opts.effective, preview=prep.preview,
+                   source=prep.source, source_bytes=len(prep.src), headers=prep.headers,
+                   build_log=exc.log, note=exc.first_error, origin=origin)
+            for info in infos])
+        self.changed()
+
+    def finish(self, trip: Trip, outcome: Outcome, built: driver.Built, *, saved: bool = False,
+               note: str = "", code_key: str | None = None,
+               save: Callable[[Record, Record | None], Pending[Record]] | None = None
+               ) -> BuildResult:
+        """The trip's result, its record kept and counted. With ``save``, ``save(record, kept)``
+        leaves the binary readout and save to the saver (and counts the trip once saved): the
+        result's ``saved`` and ``note`` wait for it, its ``latest`` does not."""
+        rec = self.record(trip.info, trip.prep, trip.t0, outcome, built, saved=saved, note=note,
+                          code_key=code_key, line_offset=trip.line_offset,
+                          setup_ms=trip.setup_ms)
+        (kept,) = self.keep_records([rec])
+        if save is None:
+            self.count(rec)
+        pending = save(rec, kept) if save is not None else None
+        self.changed()
+        return BuildResult(built.program, built.kernels, trip.ctx, trip.queue, trip.prep.opts,
+                           rec, pending)
