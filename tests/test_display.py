@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import child_env
+from conftest import SAXPY, child_env, last_json, run_child
 from IPython.utils.capture import capture_output
 
 from clmagic._format import fmt_ms
@@ -161,3 +161,75 @@ def test_a_shell_showing_text_only_gets_the_text_line_only(shell, pocl):
     finally:
         html.enabled = True
     assert list(data) == ["text/plain"] and data["text/plain"].startswith("MISS")
+
+
+def test_every_view_names_a_class_defined_where_it_says():
+    """The views are registered by type name: a type moved or renamed would silently lose its
+    line under a cell, so every name in the table is a class defined in that module, and both
+    of its renderers exist."""
+    import importlib
+
+    from clmagic.show import cache, line
+    from clmagic.show.views import VIEWS
+
+    renderers = {"line": line, "cache": cache}
+    for (module, name), (where, text, page) in VIEWS.items():
+        cls = getattr(importlib.import_module(module), name)
+        assert isinstance(cls, type) and (cls.__module__, cls.__name__) == (module, name)
+        assert callable(getattr(renderers[where], text)) and callable(getattr(renderers[where], page))
+
+
+def test_every_report_shows_its_view_through_the_shells_formatters(shell, compiler, tmp_path):
+    """What a cell shows of each report (its value) is its view in text and HTML, the same as
+    ``text_of`` / ``html_of`` give outside IPython; the data type's own repr is not its view."""
+    from clmagic.cache.bundle import export_bundle, import_bundle
+    from clmagic.cache.manage import cache_info, clear_cache, stats
+    from clmagic.cache.warm import WarmReport
+    from clmagic.show import html_of, text_of
+
+    built = compiler.build(SAXPY)
+    built.settled
+    reports = [built, stats(compiler), cache_info(compiler),
+               export_bundle(tmp_path / "b.db", store=compiler.store),
+               import_bundle(tmp_path / "b.db", store=compiler.store),
+               clear_cache(compiler=compiler), WarmReport(built=["a.cl"], failed=[("b.cl", "x")])]
+    for obj in reports:
+        page = html_of(obj)
+        assert page is not None and page.startswith("<") and text_of(obj) != repr(obj)
+        assert shell.display_formatter.format(obj) == ({"text/plain": text_of(obj),
+                                                        "text/html": page}, {})
+
+
+SHOWN_WITHOUT_EXTENSION = f"""
+import json, sys
+from IPython.core.interactiveshell import InteractiveShell
+ip = InteractiveShell.instance()
+import clmagic
+r = clmagic.build({SHOWN!r})
+data, _ = ip.display_formatter.format(r)
+print(json.dumps({{"data": data, "text": clmagic.show.text_of(r), "repr": repr(r)}}))
+"""
+
+PLAIN_PYTHON = f"""
+import json, sys
+import clmagic
+from clmagic.show import html_of, text_of
+r = clmagic.build({SHOWN!r})
+print(json.dumps({{"text": text_of(r), "html": html_of(r), "repr": repr(r),
+                   "ipython": "IPython" in sys.modules}}))
+"""
+
+
+def test_a_build_in_ipython_shows_its_line_without_load_ext(pocl, tmp_path):
+    out = last_json(run_child(SHOWN_WITHOUT_EXTENSION, CLMAGIC_DEVICE=pocl,
+                              CLMAGIC_CACHE_DIR=str(tmp_path / "c")))
+    assert out["data"]["text/plain"] == out["text"] and out["text"].startswith("MISS")
+    assert 'class="clmagic-result" data-outcome="MISS"' in out["data"]["text/html"]
+    assert out["repr"].startswith("<BuildResult MISS shown key ")
+
+
+def test_plain_python_gets_the_line_from_show_and_never_imports_ipython(pocl, tmp_path):
+    out = last_json(run_child(PLAIN_PYTHON, CLMAGIC_DEVICE=pocl,
+                              CLMAGIC_CACHE_DIR=str(tmp_path / "c")))
+    assert out["text"].startswith("MISS   shown · built in ") and "data-outcome" in out["html"]
+    assert out["repr"].startswith("<BuildResult MISS shown key ") and not out["ipython"]
