@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from clmagic._secret import SECRET_VAR, Secret, read_secret
 from clmagic._warn import warn_once
 from clmagic.errors import OptionsError
 
@@ -24,9 +25,6 @@ SQLITE_SUFFIXES = (".db", ".sqlite", ".sqlite3")
 _OFF = {"0", "off", "none", "disable", "disabled", "false", "no"}
 _DEFAULT = {"", "1", "default", "on", "true", "yes"}
 _TRUE = {"1", "true", "yes", "on"}
-
-#: the variable that holds the team secret (never printed)
-SECRET_VAR = "CLMAGIC_CACHE_SECRET"
 
 # scheme://USERINFO@ (up to the last "@": over-redacting is safe), and password=… parameters
 _USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://)(.*)@", re.DOTALL)
@@ -136,10 +134,10 @@ class Settings:
     env: dict[str, str] = field(default_factory=dict)
     origins: dict[str, str] = field(default_factory=dict)
     #: the team secret entries are signed with (``CLMAGIC_CACHE_SECRET``); never shown
-    secret: bytes | None = field(default=None, repr=False)
+    secret: Secret | None = field(default=None, repr=False)
 
     @classmethod
-    def from_env(cls, environ: dict[str, str] | None = None) -> Settings:
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
         """Build settings from ``environ`` (default: ``os.environ``).
 
         ``CLMAGIC_CACHE_DIR``: unset, empty, ``1`` or ``default`` → the platform cache folder;
@@ -157,54 +155,33 @@ class Settings:
         history keeps (the newest: a long loop of builds must not grow the process without
         bound). A value that cannot be used is warned about once and the default applies.
         ``CLMAGIC_CACHE_SECRET``: the team secret entries are signed with (HMAC-SHA256); stores
-        others write then serve only entries signed with it. It is shown as ``***`` wherever
-        the variables are shown.
+        others write then serve only entries signed with it. It is read as bytes, held by a
+        :class:`~clmagic._secret.Secret` and shown as ``***`` wherever the variables are shown;
+        a blank one is refused with a warning.
         """
-        env = dict(os.environ if environ is None else environ)
-        raw = env.get("CLMAGIC_CACHE_DIR")
-        value = (raw or "").strip()
-        if value.lower() in _OFF:
-            cache = None
-        elif value.lower() in _DEFAULT:
-            cache = str(default_cache_dir())
-        elif value.startswith(REDIS_SCHEMES):
-            cache = value
-        else:
-            # resolved once, here: a relative folder must not move with os.chdir
-            cache = os.path.abspath(Path(value).expanduser())
-        debug = env.get("CLMAGIC_CACHE_DEBUG", "").strip().lower() in _TRUE
-        record = _record_level(env.get("CLMAGIC_RECORD", ""))
-        device = env.get("CLMAGIC_DEVICE") or env.get("PYOPENCL_CTX") or None
-        remote = (env.get("CLMAGIC_REMOTE") or "").strip()
-        if remote and not remote.startswith(REDIS_SCHEMES):
-            warn_once(f"CLMAGIC_REMOTE={redact(remote)!r} is not a redis:// or rediss:// URL; "
-                      "ignored")
-            remote = ""
-        ttl_raw = (env.get("CLMAGIC_REMOTE_TTL") or "").strip()
-        ttl = int(ttl_raw) if ttl_raw.isdigit() and int(ttl_raw) > 0 else None
-        if ttl_raw and ttl is None:
-            warn_once(f"CLMAGIC_REMOTE_TTL={ttl_raw!r} is not a positive number of seconds; "
-                      "entries do not expire")
+        secret, problem = read_secret(environ)  # the bytes of os.environb, checked once
+        if problem:
+            warn_once(problem)
+        env, secret_set = _without_secret(environ)  # no frame holds the secret's text
+        origins = _origins(env, secret_set, secret is not None)
+        remote, ttl = _remote(env)
         shown = {k: redact(v) for k, v in env.items()
                  if k.startswith(("CLMAGIC_", "PYOPENCL_", "POCL_"))}
-        secret = (env.get(SECRET_VAR) or "").strip()
-        if SECRET_VAR in shown:
-            shown[SECRET_VAR] = "***" if secret else ""
-        trust = env.get("CLMAGIC_CACHE_TRUST", "").strip().lower() in _TRUE
-        origins = {}
-        for name, names in VARIABLES.items():
-            found = [n for n in names if (env.get(n) or "").strip()]
-            origins[name] = f"environment ({found[0]})" if found else "default"
-        max_size = _read(env, "CLMAGIC_CACHE_MAX_SIZE", parse_size, DEFAULT_MAX_SIZE, origins,
-                         "max_size")
-        memory_max = _read(env, "CLMAGIC_MEMORY_MAX", _count, DEFAULT_MEMORY_MAX, origins,
-                           "memory_max")
-        history_max = _read(env, "CLMAGIC_HISTORY_MAX", _count, DEFAULT_HISTORY_MAX, origins,
-                            "history_max")
-        return cls(cache=cache, debug=debug, record=record, device=device, trust=trust,
-                   remote=remote or None, remote_ttl=ttl, max_size=max_size,
-                   memory_max=memory_max, history_max=history_max, env=shown, origins=origins,
-                   secret=secret.encode() if secret else None)
+        if secret_set:
+            shown[SECRET_VAR] = "***" if secret is not None else ""
+        return cls(cache=_cache_location(env.get("CLMAGIC_CACHE_DIR")),
+                   debug=env.get("CLMAGIC_CACHE_DEBUG", "").strip().lower() in _TRUE,
+                   record=_record_level(env.get("CLMAGIC_RECORD", "")),
+                   device=env.get("CLMAGIC_DEVICE") or env.get("PYOPENCL_CTX") or None,
+                   trust=env.get("CLMAGIC_CACHE_TRUST", "").strip().lower() in _TRUE,
+                   remote=remote, remote_ttl=ttl,
+                   max_size=_read(env, "CLMAGIC_CACHE_MAX_SIZE", parse_size, DEFAULT_MAX_SIZE,
+                                  origins, "max_size"),
+                   memory_max=_read(env, "CLMAGIC_MEMORY_MAX", _count, DEFAULT_MEMORY_MAX,
+                                    origins, "memory_max"),
+                   history_max=_read(env, "CLMAGIC_HISTORY_MAX", _count, DEFAULT_HISTORY_MAX,
+                                     origins, "history_max"),
+                   env=shown, origins=origins, secret=secret)
 
     def describe(self) -> list[tuple[str, str, str, str]]:
         """Every setting as (name, variable, value, origin), like ``ccache -p``."""
@@ -217,8 +194,8 @@ class Settings:
                 value = "memory only"
             rows.append((name, names[0], "" if value is None else redact(str(value)),
                          self.origins.get(name, "default")))
-        rows.append(("secret", SECRET_VAR, "***" if self.secret else "",
-                     "environment" if self.secret else "default"))  # never the value
+        rows.append(("secret", SECRET_VAR, "***" if self.secret else "",  # never the value
+                     self.origins.get("secret", "environment" if self.secret else "default")))
         return rows
 
     def __repr__(self) -> str:
@@ -227,6 +204,57 @@ class Settings:
         return (f"Settings(cache={cache!r}, debug={self.debug}, record={self.record!r}, "
                 f"device={self.device!r}, remote={remote!r}, remote_ttl={self.remote_ttl}, "
                 f"trust={self.trust}, max_size={self.max_size}, memory_max={self.memory_max})")
+
+
+def _without_secret(environ: Mapping[str, str] | None) -> tuple[dict[str, str], bool]:
+    """The environment without the secret (its bytes are the :class:`Secret`'s alone: a
+    traceback through :meth:`Settings.from_env` with IPython's ``%xmode Verbose`` shows every
+    frame's locals), and whether the secret was set."""
+    source = os.environ if environ is None else environ
+    return {k: v for k, v in source.items() if k != SECRET_VAR}, SECRET_VAR in source
+
+
+def _cache_location(raw: str | None) -> str | None:
+    """``CLMAGIC_CACHE_DIR`` as a store location: unset, empty, ``1`` or ``default`` → the
+    platform cache folder; ``0``/``off``/... → ``None`` (memory only); a ``redis://`` URL as
+    is; anything else a folder or file, made absolute here (a relative one must not move with
+    ``os.chdir``)."""
+    value = (raw or "").strip()
+    if value.lower() in _OFF:
+        return None
+    if value.lower() in _DEFAULT:
+        return str(default_cache_dir())
+    if value.startswith(REDIS_SCHEMES):
+        return value
+    return os.path.abspath(Path(value).expanduser())
+
+
+def _remote(env: Mapping[str, str]) -> tuple[str | None, int | None]:
+    """``CLMAGIC_REMOTE`` and ``CLMAGIC_REMOTE_TTL`` (each unusable value: one warning, then
+    no remote store / no expiry)."""
+    remote = (env.get("CLMAGIC_REMOTE") or "").strip()
+    if remote and not remote.startswith(REDIS_SCHEMES):
+        warn_once(f"CLMAGIC_REMOTE={redact(remote)!r} is not a redis:// or rediss:// URL; "
+                  "ignored")
+        remote = ""
+    ttl_raw = (env.get("CLMAGIC_REMOTE_TTL") or "").strip()
+    ttl = int(ttl_raw) if ttl_raw.isdigit() and int(ttl_raw) > 0 else None
+    if ttl_raw and ttl is None:
+        warn_once(f"CLMAGIC_REMOTE_TTL={ttl_raw!r} is not a positive number of seconds; "
+                  "entries do not expire")
+    return remote or None, ttl
+
+
+def _origins(env: Mapping[str, str], secret_set: bool, secret_used: bool) -> dict[str, str]:
+    """Where each setting comes from: the first variable of :data:`VARIABLES` that is set,
+    else ``default`` (the secret: noted when a blank one was refused)."""
+    origins = {}
+    for name, names in VARIABLES.items():
+        found = [n for n in names if (env.get(n) or "").strip()]
+        origins[name] = f"environment ({found[0]})" if found else "default"
+    origins["secret"] = (f"environment ({SECRET_VAR})" if secret_used else
+                         f"default ({SECRET_VAR} blank: refused)" if secret_set else "default")
+    return origins
 
 
 def _record_level(raw: str) -> str:
@@ -247,7 +275,7 @@ def _count(text: str) -> int:
     return int(text)
 
 
-def _read(env: dict[str, str], name: str, parse: Callable[[str], int], default: int,
+def _read(env: Mapping[str, str], name: str, parse: Callable[[str], int], default: int,
           origins: dict[str, str], setting: str) -> int:
     """``parse(env[name])``, or ``default`` (with one warning, noted in ``origins``) when
     unset or unusable."""

@@ -29,9 +29,12 @@ import struct
 import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from clmagic.errors import CorruptEntry
+
+if TYPE_CHECKING:
+    from clmagic._secret import Secret
 
 __all__ = ["Entry", "EntryMeta", "Usage", "sane_time", "MAX_TIME", "FORMAT_VERSION", "MAGIC",
            "canonical", "seal", "signed",
@@ -338,18 +341,18 @@ def canonical(meta: EntryMeta) -> bytes:
     return _CANONICAL.encode(doc).encode()
 
 
-def seal(meta: EntryMeta, secret: bytes | None) -> EntryMeta:
+def seal(meta: EntryMeta, secret: Secret | None) -> EntryMeta:
     """``meta`` with its digest, and its signature when a team ``secret`` is given."""
     raw = canonical(meta)
-    sig = hmac.new(secret, raw, hashlib.sha256).hexdigest() if secret else ""
+    sig = secret.sign(raw) if secret is not None else ""
     return dataclasses.replace(meta, digest=hashlib.sha256(raw).hexdigest(), signature=sig)
 
 
-def signed(meta: EntryMeta, secret: bytes) -> bool | None:
+def signed(meta: EntryMeta, secret: Secret) -> bool | None:
     """Whether ``meta`` carries a valid signature for ``secret``: ``None`` when unsigned."""
     if not meta.signature:
         return None
-    good = hmac.new(secret, canonical(meta), hashlib.sha256).hexdigest()
+    good = secret.sign(canonical(meta))
     return hmac.compare_digest(good, meta.signature)
 
 

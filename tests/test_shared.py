@@ -19,6 +19,7 @@ from conftest import child_env
 from stores import FP, FP2, synthetic
 from test_faults import SRC, check
 
+from clmagic._secret import Secret
 from clmagic import ClmagicError, Compiler
 from clmagic.cache.bundle import export_bundle, import_bundle
 from clmagic.config import Settings
@@ -182,7 +183,7 @@ def test_with_a_team_secret_a_full_forgery_in_a_shared_store_is_refused(tmp_path
     victim.flush()  # the rebuild's save is in
     assert victim.store.refused == {"unsigned": 1}
     # signed with another secret: refused as badly signed
-    bad = dataclasses.replace(forged, meta=seal(forged.meta, b"another team"))
+    bad = dataclasses.replace(forged, meta=seal(forged.meta, Secret(b"another team")))
     raw = json.dumps(bad.meta.to_json(), separators=(",", ":"), sort_keys=True)
     redis_server.client.hset(f"clmagic:v1:{fp}:{mine.key}",
                              mapping={"meta": raw, "binary": bad.binary})
@@ -217,7 +218,7 @@ def test_a_signed_bundle_imports_and_an_unsigned_one_is_refused_with_a_secret(tm
     u, _, _ = _two(tmp_path, pocl, str(tmp_path / "unsigned"))
     export_bundle(tmp_path / "unsigned.clbundle", store=u.store)
     dest = open_store(str(tmp_path / "dest"))
-    dest.secret = SECRET["CLMAGIC_CACHE_SECRET"].encode()
+    dest.secret = Secret(SECRET["CLMAGIC_CACHE_SECRET"].encode())
     good = import_bundle(tmp_path / "signed.clbundle", store=dest)
     bad = import_bundle(tmp_path / "unsigned.clbundle", store=dest)
     assert good.imported == 1 and good.failed == 0

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from clmagic._secret import Secret
 from clmagic._version import __version__
 from clmagic.entry import FORMAT_VERSION, MAX_BINARY, MAX_META, Entry
 from clmagic.errors import ClmagicError, CorruptEntry
@@ -258,7 +259,7 @@ def _import_rows(source: SQLiteStore, rows: list[tuple[Any, ...]], target: Store
                               for fp, n in missing.items()}
 
 
-def _secret(store: Store) -> bytes | None:
+def _secret(store: Store) -> Secret | None:
     """The team secret a store was opened with (a layered store's: its local layer's)."""
     return (store.local if isinstance(store, LayeredStore) else store).secret
 

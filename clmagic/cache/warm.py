@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from multiprocessing import get_context
 from pathlib import Path
 
+from clmagic._secret import allow_to_children
 from clmagic.config import Settings
 from clmagic.errors import BuildError, ClmagicError, OptionsError
 from clmagic.outcome import Outcome
@@ -119,6 +120,7 @@ def warm(paths: Iterable[str | os.PathLike[str]], options: str = "", device: str
     report = WarmReport(location=settings.cache)
     if not files:
         return report
+    allow_to_children()  # the settings' team secret goes to the workers (and only there)
     pool = ProcessPoolExecutor(max_workers=min(jobs, len(files)), mp_context=get_context("spawn"),
                                initializer=_init, initargs=(settings,))
     pending: set[Future] = set()

@@ -1,7 +1,7 @@
 """The cache commands of ``clmagic`` (``ls``, ``stats``, ``clear``, ``prune``, ``export``,
 ``import``, ``warm``, ``config``): each reads its parsed arguments, calls the library
-(:mod:`clmagic.cache.manage`, :mod:`clmagic.cache.bundle`, :mod:`clmagic.cache.warm`), prints, and returns the exit
-status: 0 done, 1 the work failed (in part), 2 bad input (raised as
+(:mod:`clmagic.cache.manage`, :mod:`clmagic.cache.bundle`, :mod:`clmagic.cache.warm`), prints,
+and returns the exit status: 0 done, 1 the work failed (in part), 2 bad input (raised as
 :class:`~clmagic.errors.ClmagicError` and printed by :func:`clmagic.cli.main.main`).
 
 pandas prints the tables; tqdm draws ``warm``'s progress bar on a terminal (imported there only).

@@ -136,7 +136,8 @@ def _run(args: argparse.Namespace) -> int:
     cache; its exit status is the command's."""
     import runpy
 
-    from clmagic.process.session import get_compiler  # the process's: the script's clmagic calls see it
+    # the process's compiler: the script's own clmagic calls see it
+    from clmagic.process.session import get_compiler
     from clmagic.process.hook import install
 
     from clmagic.errors import ClmagicError

@@ -15,13 +15,16 @@ from collections import Counter
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from types import TracebackType
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from clmagic._format import fmt_bytes
 from clmagic._warn import warn_once
 from clmagic.entry import Entry, seal, signed
 from clmagic.errors import CorruptEntry
 from clmagic.store.lifetime import EVICT, Counters, counters_for
+
+if TYPE_CHECKING:
+    from clmagic._secret import Secret
 
 __all__ = ["Store", "Unsigned", "is_hex", "valid_name", "Use", "FILL"]
 
@@ -85,7 +88,7 @@ class Store(ABC):
         self._writable = True
         self._reason = ""
         #: the team secret (CLMAGIC_CACHE_SECRET) entries are signed and checked with
-        self.secret: bytes | None = None
+        self.secret: Secret | None = None
         #: entries refused by the signature policy in this process, by reason
         self.refused: Counter[str] = Counter()
 

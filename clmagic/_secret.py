@@ -1,0 +1,96 @@
+"""The team secret (``CLMAGIC_CACHE_SECRET``): read as bytes once, checked in one line, and held
+by a :class:`Secret` that signs but never shows what it holds.
+
+Why a type of its own: a secret passed around as ``bytes`` or ``str`` shows up wherever a value
+is shown — a ``repr``, a DataFrame of settings, a log line, and the frame locals that IPython's
+``%xmode Verbose`` prints with every traceback. A :class:`Secret` shows ``Secret(***)`` in all of
+them; the raw bytes live only inside it, and what leaves it is a signature. It is not pickled
+either (a pickle holds the bytes in clear), except to clmagic's own worker processes
+(:func:`allow_to_children`, for ``warm``'s process pool).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+from collections.abc import Mapping
+from typing import NoReturn
+
+__all__ = ["Secret", "SECRET_VAR", "read_secret", "allow_to_children"]
+
+#: the variable that holds the team secret (never printed)
+SECRET_VAR = "CLMAGIC_CACHE_SECRET"
+_LABEL = b"clmagic secret identity"  # what two secrets are compared by (never the bytes)
+
+
+class Secret:
+    """A team secret: :meth:`sign` gives the HMAC-SHA256 of some bytes; ``repr``, ``str`` and
+    formatting show ``Secret(***)``; two are equal when they hold the same bytes."""
+
+    __slots__ = ("__key",)
+
+    def __init__(self, key: bytes) -> None:
+        self.__key = bytes(key)
+
+    def sign(self, data: bytes) -> str:
+        """The hex HMAC-SHA256 of ``data`` with this secret."""
+        return hmac.new(self.__key, data, hashlib.sha256).hexdigest()
+
+    def __repr__(self) -> str:
+        return "Secret(***)"
+
+    __str__ = __repr__
+
+    def __format__(self, spec: str) -> str:
+        return repr(self)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Secret):
+            return NotImplemented
+        return hmac.compare_digest(self.sign(_LABEL), other.sign(_LABEL))
+
+    def __hash__(self) -> int:
+        return hash(self.sign(_LABEL))
+
+    def __reduce__(self) -> NoReturn:
+        raise TypeError("a Secret is not pickled (the pickle would hold it in clear)")
+
+    def _to_child(self) -> tuple[type[Secret], tuple[bytes]]:
+        return Secret, (self.__key,)
+
+
+def allow_to_children() -> None:
+    """Let multiprocessing hand a :class:`Secret` to clmagic's worker processes (its own
+    pickler only: ``pickle.dumps`` still refuses). Called by the module that starts them, which
+    imports multiprocessing anyway (here it would cost every import of clmagic 0.1 s)."""
+    from multiprocessing.reduction import ForkingPickler
+
+    ForkingPickler.register(Secret, Secret._to_child)
+
+
+def read_secret(environ: Mapping[str, str] | None = None) -> tuple[Secret | None, str]:
+    """The team secret of ``environ`` (default: the process's environment, read as bytes from
+    ``os.environb``), and what is wrong with it in one line ("" when nothing is): a blank one
+    (empty or only whitespace) is refused (``None``: entries are not signed); one that is not
+    valid UTF-8 is used as the bytes it holds. Blanks around it are not part of it. Never
+    raises, so no traceback has a frame holding the bytes."""
+    if environ is None:
+        if not hasattr(os, "environb"):  # (Windows: the environment is text)
+            return read_secret(os.environ)
+        raw = os.environb.get(SECRET_VAR.encode())
+    else:
+        text = environ.get(SECRET_VAR)
+        raw = None if text is None else text.encode("utf-8", "surrogateescape")
+    if raw is None:
+        return None, ""
+    try:
+        raw = raw.decode("utf-8").strip().encode("utf-8")  # as signatures always were
+        problem = ""
+    except UnicodeDecodeError:
+        raw = raw.strip()
+        problem = (f"{SECRET_VAR} is not valid UTF-8; it is used as the bytes it holds (every "
+                   "machine that shares the cache must hold the same bytes)")
+    if not raw:
+        return None, f"{SECRET_VAR} is set but blank; refused: entries are not signed"
+    return Secret(raw), problem
