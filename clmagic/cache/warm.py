@@ -21,7 +21,9 @@ from pathlib import Path
 from clmagic._secret import allow_to_children
 from clmagic.config import Settings
 from clmagic.errors import BuildError, ClmagicError, OptionsError
+from clmagic.key.includes import MAX_HEADER_BYTES
 from clmagic.outcome import Outcome
+from clmagic.store._fs import read_regular
 
 __all__ = ["warm", "find_sources", "WarmReport", "first_error"]
 
@@ -95,7 +97,7 @@ def _init(settings: Settings) -> None:
 def _build_one(path: str, options: str, device: str | None) -> tuple[str, Outcome, str]:
     """(path, outcome, first error line) of one file, built in a worker."""
     try:
-        source = Path(path).read_bytes()
+        source, _ = read_regular(path, MAX_HEADER_BYTES, follow=True)  # a FIFO: failed, no wait
         result = _worker.build(source, options, device)  # type: ignore[union-attr]
     except (ClmagicError, OSError) as exc:
         return path, Outcome.FAILED, first_error(exc)
