@@ -354,7 +354,9 @@ def main(argv: list[str] | None = None) -> int:
 
         handler = commands.HANDLERS
     try:
-        return handler[args.cmd](args)
+        code = handler[args.cmd](args)
+        sys.stdout.flush()  # here, so that a reader gone away is met below, not at exit
+        return code
     except ClmagicError as exc:
         print(f"clmagic: {exc}", file=sys.stderr)
         if hasattr(exc, "log"):
