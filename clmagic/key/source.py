@@ -1,22 +1,35 @@
 """A source before it is keyed: checked (UTF-8, no NUL, not empty, bounded), normalised the way
-IPython normalises a cell, and its one-line preview for the history."""
+IPython normalises a cell where that provably changes nothing the compiler sees, and its one-line
+preview for the history."""
 
 from __future__ import annotations
 
+import re
+
 from clmagic.errors import ClmagicError
 
-__all__ = ["MAX_SOURCE", "check_source", "normalise_source", "preview"]
+__all__ = ["MAX_SOURCE", "check_source", "normalise_source", "normalising_keeps_meaning",
+           "preview"]
 
 #: what a line ends with when it is spliced to the next (then blanks, which it keeps)
 _SPLICES = ("\\", "??/")
+
+#: what makes :func:`normalise_source` change a program (see
+#: :func:`normalising_keeps_meaning`): a ``\\r`` that is not part of ``\\r\\n``, a splice
+#: (``\\`` or ``??/``) followed by blanks before a line end, or a splice at the very end
+_CHANGES_MEANING = re.compile(r"\r(?!\n)|(?:\\|\?\?/)(?:[ \t\f\v]+[\r\n]|[ \t\f\v]*\Z)")
+#: options under which a missing final newline is an error (``-pedantic-errors``) or can be
+#: made one (``-Wnewline-eof``, ``-Weverything``, ``-pedantic`` with ``-Werror``)
+_NEWLINE_MATTERS = re.compile(r"pedantic|newline-eof|everything", re.I)
 
 #: the largest source accepted, in bytes (a bigger cell is almost surely a pasting accident)
 MAX_SOURCE = 4 << 20
 
 
-def check_source(source: str | bytes) -> tuple[str, bytes]:
+def check_source(source: str | bytes, options: str = "") -> tuple[str, bytes]:
     """The source as normalised text and as its UTF-8 bytes, or a one-line error saying why it
-    cannot be compiled."""
+    cannot be compiled. The text is the one the driver receives and the key covers: normalised
+    only where :func:`normalising_keeps_meaning` (under these ``options``), else as written."""
     if isinstance(source, bytes | bytearray | memoryview):
         src = bytes(source)
         try:
@@ -46,7 +59,33 @@ def check_source(source: str | bytes) -> tuple[str, bytes]:
     if not text.strip():
         raise ClmagicError("empty source: nothing to compile")
     normal = normalise_source(text)
-    return (text, src) if normal is text else (normal, normal.encode("utf-8"))
+    if normal is text or not normalising_keeps_meaning(text, options):
+        return text, src
+    return normal, normal.encode("utf-8")
+
+
+def normalising_keeps_meaning(source: str, options: str = "") -> bool:
+    """Whether the compiler reads :func:`normalise_source`'s text exactly as ``source``.
+
+    Clang ends a line at ``\\n``, at ``\\r\\n`` and at a lone ``\\r``, and splices a
+    backslash (``??/`` too: OpenCL C has trigraphs) followed by blanks, then any line end
+    (``\\n\\r`` counts as one there). Normalising changes three things, each safe only
+    where none of that is near:
+
+    * ``\\r\\n`` becomes ``\\n``: the same line end, unless a lone ``\\r`` is about
+      (``\\r\\r\\n`` is two line ends and would become one; ``\\`` + ``\\r`` +
+      ``"  \\n"`` is a splice then a line end, and would become one splice);
+    * blanks before a line end go: the preprocessor skips them (no token spans a line end),
+      unless a splice comes before them (``\\`` + blanks + line end is a splice);
+    * a final newline is added: the same unless the text ends in a splice (a backslash at the
+      end is a stray token, with a newline after it a splice) or an option makes a missing
+      newline an error (``-pedantic-errors``, ``-Wnewline-eof`` with ``-Werror``).
+
+    Where this says no, the text is compiled and keyed as written.
+    """
+    if _CHANGES_MEANING.search(source) is not None:
+        return False
+    return source.endswith("\n") or _NEWLINE_MATTERS.search(options) is None
 
 
 def normalise_source(source: str) -> str:
@@ -59,9 +98,12 @@ def normalise_source(source: str) -> str:
     ``\\u2029``, which are not line ends to a C compiler: text after them in a ``//`` comment
     would become code). A lone ``\\r``, other whitespace and a byte-order mark are left as
     written, and a line that ends in a splice (``\\`` or ``??/``, then blanks: clang splices
-    that too) keeps its blanks, so the driver receives a program with the meaning the user
-    wrote (pyopencl passes the source unchanged). A source that is already normal is returned
-    as it is (the same object), found by a few scans rather than a split.
+    that too) keeps its blanks. That is not enough to keep the meaning everywhere (a lone
+    ``\\r`` next to a ``\\r\\n``, ``\\`` + ``\\r`` + blanks + ``\\n``): the driver gets
+    this text only where :func:`normalising_keeps_meaning` (:func:`check_source` decides), so it
+    receives a program with the meaning the user wrote (pyopencl passes the source unchanged).
+    A source that is already normal is returned as it is (the same object), found by a few
+    scans rather than a split.
     """
     if _is_normal(source):
         return source
