@@ -31,6 +31,8 @@ import re
 from collections.abc import Iterable
 from typing import NamedTuple
 
+from clmagic.key.clock import pastes
+
 __all__ = ["code_form", "code_refusal", "header_refusal", "option_refusal", "MAX_REKEY_SOURCE"]
 
 #: sources above this many characters are not rekeyed (the form costs a Python-level lex)
@@ -60,14 +62,18 @@ _DIGRAPHS = {"<:", ":>", "<%", "%>", "%:", "%:%:"}
 #: spacing visible (``_Pragma`` strings are pragmas), or that read files by a spelled-out name
 _POSITIONAL = {
     "__LINE__", "__FILE__", "__COUNTER__", "__FILE_NAME__", "__BASE_FILE__",
-    "__INCLUDE_LEVEL__", "__TIMESTAMP__", "__builtin_LINE", "__builtin_FILE",
-    "__builtin_COLUMN", "__builtin_FILE_NAME", "__builtin_FUNCTION", "__builtin_source_location",
+    "__INCLUDE_LEVEL__", "__TIMESTAMP__", "__TIME__", "__DATE__", "__builtin_LINE",
+    "__builtin_FILE", "__builtin_COLUMN", "__builtin_FILE_NAME", "__builtin_FUNCTION",
+    "__builtin_source_location",
     "_Pragma", "__has_include", "__has_include_next", "__has_embed",
 }
 #: pragmas whose meaning is their own text and their place in the token sequence; others (a
 #: ``clang diagnostic`` one can turn a spacing-sensitive warning into an error) are not rekeyed
 _PRAGMAS = {"OPENCL", "unroll", "nounroll", "loop", "once"}
 _TRIGRAPH = re.compile(r"\?\?[=(/)'<!>-]")
+#: a backslash that clang reads as a splice (blanks, then any line end) or that ends the text;
+#: a header may have the plain ``\\`` + ``\\n`` splice, which its form removes first
+_ANY_SPLICE = re.compile(r"\\[ \t\f\v]*(?:[\r\n]|\Z)")
 _INCLUDES = {"include", "include_next", "import"}
 
 
@@ -164,11 +170,25 @@ def _structure(lines: list[list[_Tok]]) -> list[object]:
     return seen
 
 
-def _form(text: str, header: bool = False) -> tuple[str, list[list[_Tok]]]:
+def _phases(text: str, header: bool) -> str:
+    """Translation phases 1–2 the way clang runs them, where the form models them: a source
+    with a line continuation, a header with one other than ``\\`` + ``\\n``, or either with a
+    ``\\r`` that is not part of ``\\r\\n`` (clang ends a line there; a lexer reading it as
+    a blank would see code as a comment), is refused."""
     if header:
-        text = text.replace("\r\n", "\n").replace("\\\n", "")
-    elif "\\\n" in text:
+        text = text.replace("\r\n", "\n")
+    if "\r" in text:
+        raise _Refused("a carriage return that is not part of a CRLF line end (a line end to "
+                       "clang)")
+    if header:
+        text = text.replace("\\\n", "")
+    if _ANY_SPLICE.search(text):
         raise _Refused("a line continuation (backslash at the end of a line)")
+    return text
+
+
+def _form(text: str, header: bool = False) -> tuple[str, list[list[_Tok]]]:
+    text = _phases(text, header)
     if _TRIGRAPH.search(text):
         raise _Refused("a trigraph (??x)")
     lines = _lex(text)
@@ -203,6 +223,8 @@ def code_form(source: str) -> tuple[str | None, str]:
     * ``__LINE__``, ``__FILE__``, ``__COUNTER__`` or any other name whose value depends on
       where a token stands; ``_Pragma``; ``__has_include`` (its ``<a b.h>`` is not a token);
     * a macro that stringizes (``#``: whitespace becomes visible) or pastes (``##``);
+    * a ``\\r`` that is not part of ``\\r\\n`` (clang ends a line there), a backslash before
+      blanks and a line end or at the very end;
     * ``#line`` (or a ``# 33 "file"`` line marker);
     * a ``#pragma`` other than ``OPENCL …``, ``unroll``, ``nounroll``, ``clang loop …``
       (those are kept byte for byte, so any change to such a line is a new build);
@@ -224,8 +246,11 @@ def code_form(source: str) -> tuple[str | None, str]:
 def header_refusal(data: bytes) -> str:
     """Why an included header stops its includer from being rekeyed, else ``""``: a macro of
     the header could make the includer's spacing or line numbers visible (stringizing,
-    ``__LINE__``). The header's bytes enter the code key unchanged; its own line continuations
-    and token pasting are harmless to the includer."""
+    ``__LINE__``), or clang could read it otherwise than the form's lexer (a lone ``\\r``, a
+    splice with blanks, trigraphs, digraphs). The header's bytes enter the code key unchanged;
+    its own ``\\`` + newline line continuations are harmless to the includer, and so is its
+    token pasting unless it can spell a position-dependent name (:func:`code_refusal` checks
+    that over the whole build)."""
     try:
         _form(data.decode("utf-8"), header=True)
         return ""
@@ -240,6 +265,8 @@ _OPTION_REFUSALS = (
     (re.compile(r"(?:^|\s)-(?![DI])\S*(?:line-?info|debug)", re.I),
      "debug information records line numbers"),
     (re.compile(r"(?:^|\s)-Werror"), "-Werror turns spacing-sensitive warnings into errors"),
+    (re.compile(r"(?:^|\s)-pedantic-errors"),
+     "-pedantic-errors turns spacing-sensitive warnings into errors"),
     (re.compile(r"c\+\+|clc\+\+", re.I), "C++ for OpenCL lexes differently"),
     (re.compile(r"#"), "a -D macro with # can stringize spacing"),
     (re.compile("|".join(sorted(_POSITIONAL))), "a -D macro uses a position-dependent name"),
@@ -265,8 +292,15 @@ def code_refusal(
     form, reason = code_form(source)
     if form is None:
         return None, reason
+    headers = list(headers)
     for name, data in headers:
         why = header_refusal(data)
         if why:
             return None, f"{why} (in {name.split(' @')[0]})"
+    # a header's macro may paste (##) the includer's tokens, or its own, into a name the
+    # lexer never saw: __LI ## NE__ is __LINE__
+    pasted = pastes([source, options, *(data.decode("latin-1") for _, data in headers)],
+                    sorted(_POSITIONAL))
+    if pasted:
+        return None, f"a macro pastes tokens (##) that can spell {pasted}"
     return form, ""

@@ -273,7 +273,8 @@ class Headers(list[tuple[str, bytes]]):
         super().__init__(items)
         self.stamps: list[tuple[str, int, int, int, int]] = []
         self.static = True
-        self.found_with: tuple | None = None  # find_headers' arguments, for headers_changed
+        #: find_headers' arguments (text, include folders, cwd, options), for headers_changed
+        self.found_with: tuple[str, tuple[str, ...], str, str] | None = None
 
 
 def _read(path: str) -> tuple[bytes, tuple[str, int, int, int, int]] | None:
@@ -296,6 +297,23 @@ def _read(path: str) -> tuple[bytes, tuple[str, int, int, int, int]] | None:
     return data, (path, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
 
 
+def _inputs_of(options: str) -> OptionInputs:
+    """:func:`option_inputs` of the options string the driver receives, split on blanks and,
+    where quotes or backslashes make it differ, as a shell splits it too (drivers honour double
+    quotes): the folders and files of both readings."""
+    extra = option_inputs(options.split())
+    if '"' in options or "\\" in options:
+        import shlex
+
+        try:
+            quoted = option_inputs(shlex.split(options))
+        except ValueError:
+            raise Unkeyable("unbalanced quotes in the options: cannot tell how the driver "
+                            "splits them") from None
+        extra = OptionInputs(extra.dirs + quoted.dirs, extra.files + quoted.files)
+    return extra
+
+
 def find_headers(
     source: str | bytes,
     include_dirs: Iterable[str] = (),
@@ -312,16 +330,7 @@ def find_headers(
     adds folders (older callers). Raises :class:`Unkeyable` where clmagic cannot tell.
     """
     cwd = cwd or os.getcwd()
-    extra = option_inputs(options.split())
-    if '"' in options or "\\" in options:  # drivers honour double quotes: read it both ways
-        import shlex
-
-        try:
-            quoted = option_inputs(shlex.split(options))
-        except ValueError:
-            raise Unkeyable("unbalanced quotes in the options: cannot tell how the driver "
-                            "splits them") from None
-        extra = OptionInputs(extra.dirs + quoted.dirs, extra.files + quoted.files)
+    extra = _inputs_of(options)
     dirs = list(dict.fromkeys([*include_dirs, *extra.dirs]))
     slots = [(f"-I{d}", os.path.join(cwd, d)) for d in dirs]
     text = source.decode("utf-8", "replace") if isinstance(source, bytes) else source

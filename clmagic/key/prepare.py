@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from clmagic.opencl.devices import DeviceInfo
 from clmagic.key.includes import DRIVER_FLAG_VARS, Headers, Unkeyable, driver_flags, find_headers
+from clmagic.key.clock import clock_reason
 from clmagic.key.digest import cache_key
 from clmagic._memo import remember
 from clmagic.key.options import BuildOptions, parse_options
@@ -36,14 +37,17 @@ class Prepared:
     key: str
     headers: tuple[str, ...]
     preview: str
-    unkeyable: str  # why the cache must be bypassed (includes past what a key covers), or ""
+    #: why the cache must be bypassed, or "": includes past what a key covers, or a build no
+    #: cached binary can stand for (it reads the clock: :func:`clmagic.key.clock.clock_reason`)
+    unkeyable: str
     files: Headers = field(default_factory=Headers)  # what the key covered, re-checked after
     flags: dict[str, str] = field(default_factory=dict)  # the driver's environment flags
 
 
 def prepare(source: str | bytes, options: Options, info: DeviceInfo,
             memo: OrderedDict[tuple[object, ...], Prepared], lock: threading.Lock) -> Prepared:
-    """Check and normalise the source, parse the options, find headers, hash the key.
+    """Check and normalise the source, parse the options, find headers, hash the key; a source
+    that reads the clock is marked ``unkeyable`` (built every time, like ccache does).
 
     Remembered in ``memo`` (under ``lock``) for sources that include nothing, whose key depends
     on the arguments alone (a re-run cell then costs a dict lookup: 0.36 ms → µs on the H200
@@ -58,14 +62,15 @@ def prepare(source: str | bytes, options: Options, info: DeviceInfo,
     prepared = memo.get(args)
     if prepared is not None:
         return prepared
-    text, src = check_source(source)
     opts = parse_options(options)
     try:
         flags = driver_flags()
-        headers = find_headers(text, (), os.getcwd(),
-                               options=" ".join([opts.effective, *flags.values()]))
-        unkeyable = ""
+        written = " ".join([opts.effective, *flags.values()])  # what the driver receives
+        text, src = check_source(source, written)
+        headers = find_headers(text, (), os.getcwd(), options=written)
+        unkeyable = clock_reason(text, written, headers)
     except Unkeyable as exc:
+        text, src = check_source(source, opts.effective)
         flags, headers, unkeyable = {}, Headers(), str(exc)
     key = cache_key(src, opts.effective, info, headers, flags)
     prepared = Prepared(text, src, opts, key, tuple(name for name, _ in headers),
