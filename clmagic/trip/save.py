@@ -7,6 +7,7 @@ import dataclasses
 
 import pyopencl as cl
 
+from clmagic.key.clock import rebuilt_alike
 from clmagic.opencl import driver, readout
 from clmagic._warn import warn_once
 from clmagic.trip.records import Record
@@ -23,13 +24,16 @@ def save(state: TripState, rec: Record, program: cl.Program, dev: cl.Device,
     (saved, note). ``aside``: the user goes on with ``program`` meanwhile, so on a driver whose
     readout holds the driver (POCL) a source that reads no header is read out by a helper
     process (:mod:`clmagic.opencl.readout`), unless the process is ending (nobody launches anything
-    then, and a helper would only add its start)."""
+    then, and a helper would only add its start). The helper builds the text again, so only a
+    build that is a function of text, options and device goes there
+    (:func:`clmagic.key.clock.rebuilt_alike`: no file named, no clock, no ``__FILE__``)."""
     store = state.store
     if store is None:
         return False, "cache off (memory only)"
     binary = None
     if (aside and rec.source and not rec.headers and not exiting()
-            and readout.needs_helper(rec.device.platform_name)):
+            and readout.needs_helper(rec.device.platform_name)
+            and rebuilt_alike(rec.source, rec.options)):  # the helper's binary is the user's
         binary = readout.read_out(rec.fingerprint, rec.source, rec.options)
     saved = store.put(rec.entry(binary if binary is not None else driver.binary_of(program, dev)))
     return saved, "saved" if saved else not_saved(store)
