@@ -1,0 +1,114 @@
+"""Kernel facts (clmagic/opencl/facts.py) on POCL and Oclgrind: each figure is the driver's own
+answer (compared with pyopencl's queries made here), absent where the driver does not say (no
+ptxas figures off NVIDIA, no argument names on POCL without -cl-kernel-arg-info), never made up;
+kept in the entry, so a HIT shows the MISS's facts; entries saved without facts still load."""
+
+from __future__ import annotations
+
+import pyopencl as cl
+import pytest
+
+import clmagic
+from clmagic.opencl.facts import ArgFacts, KernelFacts, facts_from_json, facts_to_json, gather
+
+SRC = """\
+__kernel void saxpy(const float a, __global const float *x, __global float *y)
+{ const int i = get_global_id(0); y[i] = a * x[i] + y[i]; }
+
+__kernel __attribute__((reqd_work_group_size(8, 1, 1)))
+void tile(__global float *y, __local float *scratch)
+{
+    __local float t[64];
+    t[get_local_id(0)] = y[get_global_id(0)];
+    scratch[get_local_id(0)] = 1.0f;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    y[get_global_id(0)] = t[7 - get_local_id(0)] + scratch[0];
+}
+"""
+
+
+def _device(spec: str) -> cl.Device:
+    return clmagic.resolve_device(spec)[1]
+
+
+def _program(dev: cl.Device, options: str = "") -> tuple[cl.Program, dict[str, cl.Kernel]]:
+    ctx = cl.Context([dev])
+    prg = cl.Program(ctx, SRC).build(options=options)
+    return prg, {k.function_name: k for k in prg.all_kernels()}
+
+
+def _direct(kernel: cl.Kernel, dev: cl.Device, what: int) -> object:
+    try:
+        return kernel.get_work_group_info(what, dev)
+    except cl.Error:
+        return None
+
+
+@pytest.mark.parametrize("which", ["pocl", "oclgrind"])
+def test_work_group_figures_are_the_drivers(which, request):
+    dev = _device(request.getfixturevalue(which))
+    _, kernels = _program(dev)
+    facts = gather(kernels, dev)
+    wg = cl.kernel_work_group_info
+    for name, k in kernels.items():
+        f = facts[name]
+        assert f.work_group_size == _direct(k, dev, wg.WORK_GROUP_SIZE)
+        assert list(f.compile_work_group_size or ()) == list(
+            _direct(k, dev, wg.COMPILE_WORK_GROUP_SIZE))
+        assert f.preferred_multiple == _direct(k, dev, wg.PREFERRED_WORK_GROUP_SIZE_MULTIPLE)
+        assert f.local_mem == _direct(k, dev, wg.LOCAL_MEM_SIZE)
+        assert f.private_mem == _direct(k, dev, wg.PRIVATE_MEM_SIZE)
+        # no ptxas off NVIDIA: nothing of it is said
+        assert (f.registers, f.spills, f.shared_mem, f.stack_frame) == (None,) * 4
+        assert len(f.args or ()) == k.num_args
+    assert facts["tile"].compile_work_group_size == (8, 1, 1)
+    assert facts["saxpy"].compile_work_group_size == (0, 0, 0)  # fixes none
+    assert facts["tile"].local_mem >= 64 * 4  # the static __local array
+
+
+def test_argument_names_only_where_the_driver_keeps_them(pocl, oclgrind):
+    """POCL keeps argument names only for a build with -cl-kernel-arg-info (clmagic adds no
+    option); Oclgrind always. Each name is what pyopencl reads for it."""
+    dev = _device(pocl)
+    _, kernels = _program(dev)
+    assert gather(kernels, dev)["saxpy"].args == (ArgFacts(),) * 3
+    for spec, options in ((pocl, "-cl-kernel-arg-info"), (oclgrind, "")):
+        dev = _device(spec)
+        _, kernels = _program(dev, options)
+        facts = gather(kernels, dev)
+        assert facts["saxpy"].args == (
+            ArgFacts(name="a", type_name="float", address="private"),
+            ArgFacts(name="x", type_name="float*", address="global"),
+            ArgFacts(name="y", type_name="float*", address="global"))
+        assert facts["tile"].args[1].address == "local"
+        assert facts["saxpy"].arg_names == [
+            kernels["saxpy"].get_arg_info(i, cl.kernel_arg_info.NAME) for i in range(3)]
+
+
+def test_ptxas_figures_come_from_the_log_only(pocl):
+    """The log's ptxas figures go to the kernel they name; a kernel the log does not name gets
+    none (gather's log argument on a POCL kernel: the figures are the log's, the rest the
+    driver's)."""
+    dev = _device(pocl)
+    _, kernels = _program(dev)
+    log = ("ptxas info    : Compiling entry function 'saxpy' for 'sm_90'\n"
+           "ptxas info    : Function properties for saxpy\n"
+           "ptxas         .     0 bytes stack frame, 4 bytes spill stores, 8 bytes spill loads\n"
+           "ptxas info    : Used 32 registers, 360 bytes cmem[0]\n")
+    facts = gather(kernels, dev, log)
+    assert (facts["saxpy"].registers, facts["saxpy"].spills, facts["saxpy"].shared_mem) == (
+        32, 12, 0)
+    assert facts["tile"].registers is None and facts["tile"].spills is None
+
+
+def test_json_round_trip_and_lenient_reading():
+    f = KernelFacts(name="k", work_group_size=256, compile_work_group_size=(0, 0, 0),
+                    registers=40, args=(ArgFacts(name="x", address="global"), ArgFacts()))
+    doc = facts_to_json({"k": f})
+    assert "private_mem" not in doc["k"] and doc["k"]["args"] == [
+        {"name": "x", "address": "global"}, {}]
+    assert facts_from_json(doc) == {"k": f}
+    assert facts_from_json(None) is None  # an entry saved before clmagic kept facts
+    odd = facts_from_json({"k": {"registers": "many", "work_group_size": True, "new": 1},
+                           "bad": 3})
+    assert odd == {"k": KernelFacts(name="k")}
