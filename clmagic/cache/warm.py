@@ -25,7 +25,7 @@ from clmagic.key.includes import MAX_HEADER_BYTES
 from clmagic.outcome import Outcome
 from clmagic.store._fs import read_regular
 
-__all__ = ["warm", "find_sources", "WarmReport", "first_error"]
+__all__ = ["warm", "find_sources", "WarmReport", "first_error", "run_builds", "Build"]
 
 
 @dataclass
@@ -40,7 +40,7 @@ class WarmReport:
     skipped: int = 0
     interrupted: bool = False
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, object]:
         """The report as JSON-able data."""
         return {"location": self.location, "built": self.built, "cached": self.cached,
                 "failed": [{"path": p, "error": e} for p, e in self.failed],
@@ -94,16 +94,23 @@ def _init(settings: Settings) -> None:
     _worker = Compiler(settings)
 
 
-def _build_one(path: str, options: str, device: str | None) -> tuple[str, Outcome, str]:
-    """(path, outcome, first error line) of one file, built in a worker."""
+def _build_one(label: str, options: str, device: str | None,
+               text: str | None = None) -> tuple[str, Outcome, str]:
+    """(label, outcome, first error line) of one build in a worker: the file ``label``, or the
+    source ``text`` when given (a sweep's variant)."""
     try:
-        source, _ = read_regular(path, MAX_HEADER_BYTES, follow=True)  # a FIFO: failed, no wait
+        source: str | bytes = text if text is not None else (  # a FIFO: failed, no wait
+            read_regular(label, MAX_HEADER_BYTES, follow=True)[0])
         result = _worker.build(source, options, device)  # type: ignore[union-attr]
     except (ClmagicError, OSError) as exc:
-        return path, Outcome.FAILED, first_error(exc)
+        return label, Outcome.FAILED, first_error(exc)
     if result.outcome == Outcome.BYPASS or (result.outcome not in _CACHED and not result.saved):
-        return path, Outcome.FAILED, result.note  # built, but nothing a later session can load
-    return path, result.outcome, ""
+        return label, Outcome.FAILED, result.note  # built, but nothing a later session can load
+    return label, result.outcome, ""
+
+
+#: one build for :func:`run_builds`: (label, options, device, source text or None for a file)
+Build = tuple[str, str, "str | None", "str | None"]
 
 
 def warm(paths: Iterable[str | os.PathLike[str]], options: str = "", device: str | None = None,
@@ -122,25 +129,42 @@ def warm(paths: Iterable[str | os.PathLike[str]], options: str = "", device: str
     report = WarmReport(location=settings.cache)
     if not files:
         return report
+    report.interrupted, report.skipped = run_builds(
+        settings, jobs, [(str(f), options, device, None) for f in files],
+        lambda path, outcome, why: _tally(report, path, outcome, why, progress))
+    return report
+
+
+def run_builds(settings: Settings, jobs: int, builds: list[Build],
+               done: Callable[[str, Outcome, str], None]) -> tuple[bool, int]:
+    """Build each of ``builds`` through the cache in at most ``jobs`` worker processes, each
+    with its own compiler over the store of ``settings``; ``done(label, outcome, first error
+    line)`` as each ends (a worker that died: FAILED). On Ctrl-C the builds not started are
+    dropped and those under way finish and are saved whole. Returns (interrupted, how many
+    were dropped). What ``clmagic warm`` and :mod:`clmagic.cache.sweep` share."""
+    if not builds:
+        return False, 0
     allow_to_children()  # the settings' team secret goes to the workers (and only there)
-    pool = ProcessPoolExecutor(max_workers=min(jobs, len(files)), mp_context=get_context("spawn"),
-                               initializer=_init, initargs=(settings,))
-    pending: set[Future] = set()
-    names: dict[Future, str] = {}
+    pool = ProcessPoolExecutor(max_workers=min(jobs, len(builds)),
+                               mp_context=get_context("spawn"), initializer=_init,
+                               initargs=(settings,))
+    pending: set[Future[tuple[str, Outcome, str]]] = set()
+    names: dict[Future[tuple[str, Outcome, str]], str] = {}
+    interrupted, skipped = False, 0
     try:
-        for f in files:
-            names[pool.submit(_build_one, str(f), options, device)] = str(f)
+        for b in builds:
+            names[pool.submit(_build_one, *b)] = b[0]
         pending = set(names)
         while pending:
-            done, pending = wait(pending, return_when=FIRST_COMPLETED)
-            for fut in done:
-                _tally(report, fut, names[fut], progress)
+            finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+            for fut in finished:
+                done(*_result(fut, names[fut]))
     except KeyboardInterrupt:
-        report.interrupted = True
+        interrupted = True
         for fut in pending:
             fut.cancel()
         running = [f for f in pending if not f.cancelled()]
-        report.skipped = len(pending) - len(running)
+        skipped = len(pending) - len(running)
         for fut in running:  # under way: let them finish and save whole
             while True:
                 try:
@@ -148,18 +172,21 @@ def warm(paths: Iterable[str | os.PathLike[str]], options: str = "", device: str
                     break
                 except KeyboardInterrupt:
                     continue
-            _tally(report, fut, names[fut], progress)
+            done(*_result(fut, names[fut]))
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
-    return report
+    return interrupted, skipped
 
 
-def _tally(report: WarmReport, fut: Future[tuple[str, Outcome, str]], path: str,
-           progress: Callable[[str, Outcome], None] | None) -> None:
+def _result(fut: Future[tuple[str, Outcome, str]], label: str) -> tuple[str, Outcome, str]:
     try:
-        path, outcome, why = fut.result()
-    except Exception as exc:  # a worker that died (killed, out of memory): that file failed
-        outcome, why = Outcome.FAILED, f"the worker process died ({type(exc).__name__})"
+        return fut.result()
+    except Exception as exc:  # a worker that died (killed, out of memory): that build failed
+        return label, Outcome.FAILED, f"the worker process died ({type(exc).__name__})"
+
+
+def _tally(report: WarmReport, path: str, outcome: Outcome, why: str,
+           progress: Callable[[str, Outcome], None] | None) -> None:
     if outcome == Outcome.FAILED:
         report.failed.append((path, why))
     elif outcome in _CACHED:
