@@ -34,7 +34,8 @@ from pathlib import Path
 
 import pytest
 
-from clmagic.entry import Entry, decode, encode, parse_json
+from clmagic.entry import Entry, parse_json
+from clmagic.entry_file import decode, encode
 from clmagic.errors import CorruptEntry
 from clmagic.store import DirectoryStore, LayeredStore, Store, open_store
 

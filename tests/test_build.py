@@ -13,7 +13,8 @@ from conftest import SAXPY, last_json, run_child
 
 import clmagic
 from clmagic.config import Settings
-from clmagic.entry import FORMAT_VERSION, MAGIC, decode
+from clmagic.entry import FORMAT_VERSION
+from clmagic.entry_file import MAGIC, decode
 from clmagic.key.digest import cache_key
 from clmagic.key.options import parse_options
 

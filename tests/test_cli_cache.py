@@ -18,7 +18,7 @@ import pytest
 from conftest import child_env
 from stores import can_drop_dac, drop_dac
 
-from clmagic.entry import decode
+from clmagic.entry_file import decode
 
 COMMANDS = ("ls", "stats", "clear", "prune", "export", "import", "warm", "config")
 KERNEL = "__kernel void {name}(__global float *a) {{ a[get_global_id(0)] *= {n}.0f; }}\n"

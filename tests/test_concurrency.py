@@ -12,7 +12,7 @@ from collections import Counter
 from conftest import child_env
 
 from clmagic import Compiler
-from clmagic.entry import decode
+from clmagic.entry_file import decode
 
 N_KERNELS = 50
 N_PROCS = 8

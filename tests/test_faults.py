@@ -23,7 +23,8 @@ from stores import can_drop_dac, drop_dac
 
 from clmagic import Compiler, Outcome
 from clmagic.config import Settings
-from clmagic.entry import FORMAT_VERSION, HEADER, Entry, decode
+from clmagic.entry import FORMAT_VERSION, Entry
+from clmagic.entry_file import HEADER, decode
 
 SRC = """\
 __kernel void fill(__global int *a)
@@ -304,7 +305,8 @@ def test_a_binary_the_driver_refuses_is_corrupt(store_factory, tmp_path, pocl, o
     assert foreign.saved and mine.saved  # (waits for the background saves)
     fp, key = mine.device.fingerprint, mine.key
     meta = {k: v for k, v in store.get(fp, key).meta.to_json().items()
-            if k not in ("key", "fingerprint", "binary_bytes", "binary_sha256")}
+            if k not in ("key", "fingerprint", "binary_bytes", "binary_sha256", "digest",
+                         "signature")}
     pocl_binary = store.get(foreign.device.fingerprint, foreign.key).binary
     assert store.put(Entry.create(key, fp, pocl_binary, **meta))
     capsys.readouterr()

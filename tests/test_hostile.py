@@ -16,7 +16,8 @@ from test_faults import SRC, check
 
 from clmagic import Compiler, CorruptEntry, DirectoryStore
 from clmagic.config import Settings
-from clmagic.entry import FORMAT_VERSION, HEADER, MAGIC, MAX_META, Entry, decode, encode, read_meta
+from clmagic.entry import FORMAT_VERSION, MAX_META, Entry
+from clmagic.entry_file import HEADER, MAGIC, decode, encode, read_meta
 
 
 def _settings(cache: Path, pocl: str, **extra: str) -> Settings:
@@ -134,7 +135,8 @@ def test_metadata_and_binary_sizes_are_bounded_before_reading():
     with pytest.raises(CorruptEntry, match="binary of"):
         decode(huge_bin)
     good = encode(Entry.create("a" * 64, "b" * 16, b"\x01\x02", **{
-        k: v for k, v in _good_meta().items() if k not in ("key", "fingerprint")}))
+        k: v for k, v in _good_meta().items()
+        if k not in ("key", "fingerprint", "binary_bytes", "binary_sha256")}))
     assert decode(good).kernels == ["k"]
     with pytest.raises(CorruptEntry, match="another key"):
         decode(good, key="c" * 64)

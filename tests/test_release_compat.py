@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from clmagic.entry import FORMAT_VERSION, Entry, decode, encode
+from clmagic.entry import FORMAT_VERSION, Entry
+from clmagic.entry_file import decode, encode
 from clmagic.store import DirectoryStore, RedisStore, SQLiteStore, Store
 
 DATA = Path(__file__).parent / "data" / "release-0.1.0"

@@ -23,7 +23,8 @@ from clmagic._secret import Secret
 from clmagic import ClmagicError, Compiler
 from clmagic.cache.bundle import export_bundle, import_bundle
 from clmagic.config import Settings
-from clmagic.entry import FORMAT_VERSION, HEADER, MAGIC, Entry, seal
+from clmagic.entry import FORMAT_VERSION, Entry, seal
+from clmagic.entry_file import HEADER, MAGIC
 from clmagic.cache.manage import clear_cache
 from clmagic.store import LayeredStore, open_store
 from clmagic.show import html_of, text_of

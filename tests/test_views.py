@@ -13,7 +13,7 @@ from conftest import SAXPY
 
 import clmagic
 from clmagic.config import Settings
-from clmagic.entry import HEADER
+from clmagic.entry_file import HEADER
 from clmagic.errors import CorruptEntry
 from clmagic.show.frames import CACHE_COLUMNS, HISTORY_COLUMNS
 from clmagic.show import html_of, text_of

@@ -18,7 +18,8 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
-from clmagic.entry import HEADER, MAX_BINARY, MAX_META, Entry, EntryMeta, Usage, read_meta
+from clmagic.entry import MAX_BINARY, MAX_META, Entry, EntryMeta, Usage
+from clmagic.entry_file import HEADER, read_meta
 from clmagic.errors import CorruptEntry
 from clmagic.store.lifetime import _alive
 from clmagic.store._fs import O_NOFOLLOW, open_regular

@@ -33,7 +33,8 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from clmagic._warn import warn_once
-from clmagic.entry import Entry, Usage, encode, read_entry
+from clmagic.entry import Entry, Usage
+from clmagic.entry_file import encode, read_entry
 from clmagic.errors import CorruptEntry
 from clmagic.store.directory import scan as directory_scan
 from clmagic.store._fs import (
