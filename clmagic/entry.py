@@ -1,17 +1,6 @@
 """One cache entry: what was built (:class:`EntryMeta`), how it has been used (:class:`Usage`)
-and the program binary, and the self-describing byte format every backend checks it with.
-
-Layout of an entry file (little-endian)::
-
-    0   8  magic b"CLMAGIC\\n"
-    8   4  u32 format version
-    12  4  u32 metadata length
-    16  4  u32 CRC-32 of the metadata
-    20  4  u32 reserved (0)
-    24  8  u64 binary length
-    32  .  metadata: UTF-8 JSON object (the fields of EntryMeta)
-    .   .  binary
-    .  32  SHA-256 of the binary
+and the program binary, and the checks every backend makes of them (metadata, binary, digest and
+team signature). The bytes of an entry file are :mod:`clmagic.entry_file`'s.
 
 Nothing is unpickled or evaluated; metadata is parsed strictly, bounded in size, and checked
 once, when it becomes an :class:`EntryMeta` (however it was stored: entry file, SQLite columns,
@@ -25,27 +14,26 @@ import hashlib
 import hmac
 import json
 import math
-import struct
-import zlib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import IO, TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any
 
 from clmagic.errors import CorruptEntry
 
 if TYPE_CHECKING:
     from clmagic._secret import Secret
 
-__all__ = ["Entry", "EntryMeta", "Usage", "sane_time", "MAX_TIME", "FORMAT_VERSION", "MAGIC",
-           "canonical", "seal", "signed",
-           "encode", "decode",
-           "read_meta", "HEADER", "check_meta", "check_binary", "META_FIELDS", "SQL_FIELDS"]
+__all__ = ["Entry", "EntryMeta", "Usage", "sane_time", "MAX_TIME", "FORMAT_VERSION",
+           "MAX_META", "MAX_BINARY", "MAX_LOG", "canonical", "seal", "signed", "parse_json",
+           "check_meta", "check_binary", "verified", "META_FIELDS", "SQL_FIELDS"]
 
-MAGIC = b"CLMAGIC\n"
+#: the version of the stored metadata's format: in every entry file's header, the SQLite and
+#: Redis stores' records, and the bytes the digest covers
 FORMAT_VERSION = 1
-HEADER = struct.Struct("<8sIIIIQ")
+#: the most bytes of metadata and of binary an entry may have: every read is bounded by them
 MAX_META = 1 << 20
 MAX_BINARY = 1 << 30
+#: the most of a build log an entry keeps (a driver may log megabytes of warnings)
 MAX_LOG = 64 << 10
 
 
@@ -145,8 +133,9 @@ def sane_time(value: float | None) -> float | None:
 class Usage:
     """How a store has seen an entry used; kept beside the entry, never in it.
 
-    ``last_used`` is the last load from the store (``None``: the store cannot tell), ``stored_bytes``
-    what the entry takes in the store, ``store`` which store or layer served it."""
+    ``last_used`` is the last load from the store (``None``: the store cannot tell),
+    ``stored_bytes`` what the entry takes in the store, ``store`` which store or layer served
+    it."""
 
     last_used: float | None = field(default=None, metadata={"time": True})
     hits: int = 0
@@ -199,43 +188,26 @@ class Entry:
         return dataclasses.replace(self, usage=dataclasses.replace(self.usage, **changes))
 
     @classmethod
-    def create(cls, key: str, fingerprint: str, binary: bytes, **fields: Any) -> Entry:
-        """A new entry; fills ``binary_bytes``, ``binary_sha256`` and trims the build log.
-        Unknown keyword fields are kept in ``meta.other``; a seal among them (``digest``,
-        ``signature``: another entry's) is dropped, the store seals what it writes."""
-        fields = {k: v for k, v in fields.items() if k not in _SEAL}
-        raw = dict(fields, key=key, fingerprint=fingerprint, binary_bytes=len(binary),
-                   binary_sha256=hashlib.sha256(binary).hexdigest())
-        raw["kernels"] = list(raw.get("kernels", ()))
-        raw["headers"] = list(raw.get("headers", ()))
-        raw["build_log"] = str(raw.get("build_log", ""))[:MAX_LOG]
-        return cls(meta=check_meta(raw), binary=bytes(binary))
-
-
-def encode(entry: Entry) -> bytes:
-    """The bytes of one entry file."""
-    if entry.binary is None:
-        raise ValueError("cannot encode an entry without its binary")
-    meta = json.dumps(entry.meta.to_json(), separators=(",", ":"), sort_keys=True).encode()
-    header = HEADER.pack(
-        MAGIC, FORMAT_VERSION, len(meta), zlib.crc32(meta), 0, len(entry.binary)
-    )
-    return b"".join((header, meta, entry.binary, bytes.fromhex(entry.meta.binary_sha256)))
-
-
-def _parse_header(head: bytes | memoryview) -> tuple[int, int, int]:
-    if len(head) < HEADER.size:
-        raise CorruptEntry(f"truncated header ({len(head)} bytes)")
-    magic, version, meta_len, meta_crc, _reserved, bin_len = HEADER.unpack_from(head)
-    if magic != MAGIC:
-        raise CorruptEntry("bad magic: not a clmagic entry")
-    if version != FORMAT_VERSION:
-        raise CorruptEntry(f"format version {version}, this clmagic reads {FORMAT_VERSION}")
-    if meta_len > MAX_META:
-        raise CorruptEntry(f"metadata of {meta_len} bytes is over the {MAX_META} limit")
-    if bin_len > MAX_BINARY:
-        raise CorruptEntry(f"binary of {bin_len} bytes is over the {MAX_BINARY} limit")
-    return meta_len, meta_crc, bin_len
+    def create(cls, key: str, fingerprint: str, binary: bytes, *, kernels: Iterable[str],
+               options: str, device: str, platform: str, driver: str, source_bytes: int,
+               build_ms: float, created: float, build_log: str = "", origin: str = "cell",
+               device_version: str = "", platform_version: str = "",
+               headers: Iterable[str] = (), code_key: str = "", rekeyed_from: str = "",
+               untrusted: str = "") -> Entry:
+        """A new entry: every stored field by name (a misspelt one is a ``TypeError``, never a
+        field of ``meta.other``); fills ``binary_bytes`` and ``binary_sha256`` and trims the
+        build log to :data:`MAX_LOG`. It has no seal (``digest``, ``signature``): the store
+        seals what it writes. The values are checked as stored metadata is
+        (:func:`check_meta`)."""
+        return cls(meta=check_meta({
+            "key": key, "fingerprint": fingerprint, "kernels": list(kernels),
+            "options": options, "device": device, "platform": platform, "driver": driver,
+            "source_bytes": source_bytes, "binary_bytes": len(binary),
+            "binary_sha256": hashlib.sha256(binary).hexdigest(), "build_ms": build_ms,
+            "created": created, "build_log": str(build_log)[:MAX_LOG], "origin": origin,
+            "device_version": device_version, "platform_version": platform_version,
+            "headers": list(headers), "code_key": code_key, "rekeyed_from": rekeyed_from,
+            "untrusted": untrusted}), binary=bytes(binary))
 
 
 def _no_constant(name: str) -> Any:
@@ -272,12 +244,6 @@ def parse_json(raw: bytes | str) -> EntryMeta:
     except RecursionError:
         raise CorruptEntry("metadata is nested too deeply") from None
     return check_meta(meta, bounded=True)
-
-
-def _parse_meta(raw: bytes, crc: int) -> EntryMeta:
-    if zlib.crc32(raw) != crc:
-        raise CorruptEntry("metadata checksum mismatch")
-    return parse_json(raw)
 
 
 def _bound(meta: dict[str, Any]) -> None:
@@ -387,67 +353,3 @@ def verified(meta: EntryMeta, binary: Any, key: str | None, fingerprint: str | N
         raise CorruptEntry("binary missing")
     check_binary(meta, binary, key, fingerprint)
     return Entry(meta, usage, bytes(binary))
-
-
-def decode(data: bytes | bytearray, key: str | None = None, fingerprint: str | None = None,
-           usage: Usage = Usage()) -> Entry:
-    """Parse and verify one entry file; raise :class:`CorruptEntry` saying what is wrong.
-
-    ``key``/``fingerprint``, when given, must match the stored ones (an entry filed under the
-    wrong name is corrupt too).
-    """
-    view = memoryview(data)  # slices below copy nothing until the verified binary
-    meta_len, meta_crc, bin_len = _parse_header(view[: HEADER.size])
-    _check_size(len(data), meta_len, bin_len)
-    start = HEADER.size + meta_len
-    return _assemble(bytes(view[HEADER.size : start]), meta_crc, view[start : start + bin_len],
-                     bytes(view[start + bin_len :]), key, fingerprint, usage)
-
-
-def read_entry(fh: IO[bytes], size: int, key: str | None = None,
-               fingerprint: str | None = None, usage: Usage = Usage()) -> Entry:
-    """:func:`decode` of an open entry file of ``size`` bytes, read part by part so that the
-    binary is read into its own bytes, never copied (a HIT reads megabytes on some drivers)."""
-    meta_len, meta_crc, bin_len = _parse_header(_read_exactly(fh, HEADER.size))
-    _check_size(size, meta_len, bin_len)
-    raw, binary = _read_exactly(fh, meta_len), _read_exactly(fh, bin_len)
-    trailer = _read_exactly(fh, 33)
-    if len(raw) != meta_len or len(binary) != bin_len or len(trailer) != 32:
-        raise CorruptEntry("the file changed size while it was read")
-    return _assemble(raw, meta_crc, binary, trailer, key, fingerprint, usage)
-
-
-def _read_exactly(fh: IO[bytes], n: int) -> bytes:
-    """``n`` bytes, fewer only at the end of the file (one read of a regular file mostly; a
-    network file system may return less per read)."""
-    parts, got = [], 0
-    while got < n:
-        part = fh.read(n - got)
-        if not part:
-            break
-        parts.append(part)
-        got += len(part)
-    return parts[0] if len(parts) == 1 else b"".join(parts)
-
-
-def _check_size(size: int, meta_len: int, bin_len: int) -> None:
-    expected = HEADER.size + meta_len + bin_len + 32
-    if size != expected:
-        raise CorruptEntry(f"size {size} bytes, header says {expected}")
-
-
-def _assemble(raw: bytes, crc: int, binary: bytes | memoryview, trailer: bytes,
-              key: str | None, fingerprint: str | None, usage: Usage) -> Entry:
-    meta = _parse_meta(raw, crc)
-    if trailer.hex() != meta.binary_sha256:
-        raise CorruptEntry("binary checksum mismatch")
-    return verified(meta, binary, key, fingerprint, usage)
-
-
-def read_meta(fh: IO[bytes]) -> EntryMeta:
-    """Read only the header and metadata of an entry file (no binary): for fast listing."""
-    meta_len, meta_crc, _bin_len = _parse_header(fh.read(HEADER.size))
-    raw = fh.read(meta_len)
-    if len(raw) != meta_len:
-        raise CorruptEntry("truncated metadata")
-    return _parse_meta(raw, meta_crc)

@@ -1,0 +1,135 @@
+"""The entry file: one :class:`~clmagic.entry.Entry` as bytes, the format the directory store
+writes, bundles carry and every release reads.
+
+Layout of an entry file (little-endian)::
+
+    0   8  magic b"CLMAGIC\\n"
+    8   4  u32 format version
+    12  4  u32 metadata length
+    16  4  u32 CRC-32 of the metadata
+    20  4  u32 reserved (0)
+    24  8  u64 binary length
+    32  .  metadata: UTF-8 JSON object (the fields of EntryMeta)
+    .   .  binary
+    .  32  SHA-256 of the binary
+
+Apart from :mod:`clmagic.entry` (what an entry is and when its metadata and binary are valid),
+because only the directory store and the tools that handle files need the byte layout: the
+SQLite and Redis stores keep the same metadata in columns and hashes, checked by the same
+:func:`~clmagic.entry.check_meta`, and never read this header.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+import zlib
+from typing import IO
+
+from clmagic.entry import (FORMAT_VERSION, MAX_BINARY, MAX_META, Entry, EntryMeta, Usage,
+                           parse_json, verified)
+from clmagic.errors import CorruptEntry
+
+__all__ = ["MAGIC", "HEADER", "encode", "decode", "read_entry", "read_meta"]
+
+MAGIC = b"CLMAGIC\n"
+#: magic, format version, metadata length, metadata CRC-32, reserved, binary length
+HEADER = struct.Struct("<8sIIIIQ")
+#: the SHA-256 of the binary that ends the file
+_TRAILER = 32
+
+
+def encode(entry: Entry) -> bytes:
+    """The bytes of one entry file."""
+    if entry.binary is None:
+        raise ValueError("cannot encode an entry without its binary")
+    meta = json.dumps(entry.meta.to_json(), separators=(",", ":"), sort_keys=True).encode()
+    header = HEADER.pack(
+        MAGIC, FORMAT_VERSION, len(meta), zlib.crc32(meta), 0, len(entry.binary)
+    )
+    return b"".join((header, meta, entry.binary, bytes.fromhex(entry.meta.binary_sha256)))
+
+
+def _parse_header(head: bytes | memoryview) -> tuple[int, int, int]:
+    if len(head) < HEADER.size:
+        raise CorruptEntry(f"truncated header ({len(head)} bytes)")
+    magic, version, meta_len, meta_crc, _reserved, bin_len = HEADER.unpack_from(head)
+    if magic != MAGIC:
+        raise CorruptEntry("bad magic: not a clmagic entry")
+    if version != FORMAT_VERSION:
+        raise CorruptEntry(f"format version {version}, this clmagic reads {FORMAT_VERSION}")
+    if meta_len > MAX_META:
+        raise CorruptEntry(f"metadata of {meta_len} bytes is over the {MAX_META} limit")
+    if bin_len > MAX_BINARY:
+        raise CorruptEntry(f"binary of {bin_len} bytes is over the {MAX_BINARY} limit")
+    return int(meta_len), int(meta_crc), int(bin_len)
+
+
+def _parse_meta(raw: bytes, crc: int) -> EntryMeta:
+    if zlib.crc32(raw) != crc:
+        raise CorruptEntry("metadata checksum mismatch")
+    return parse_json(raw)
+
+
+def decode(data: bytes | bytearray, key: str | None = None, fingerprint: str | None = None,
+           usage: Usage = Usage()) -> Entry:
+    """Parse and verify one entry file; raise :class:`CorruptEntry` saying what is wrong.
+
+    ``key``/``fingerprint``, when given, must match the stored ones (an entry filed under the
+    wrong name is corrupt too).
+    """
+    view = memoryview(data)  # slices below copy nothing until the verified binary
+    meta_len, meta_crc, bin_len = _parse_header(view[: HEADER.size])
+    _check_size(len(data), meta_len, bin_len)
+    start = HEADER.size + meta_len
+    return _assemble(bytes(view[HEADER.size : start]), meta_crc, view[start : start + bin_len],
+                     bytes(view[start + bin_len :]), key, fingerprint, usage)
+
+
+def read_entry(fh: IO[bytes], size: int, key: str | None = None,
+               fingerprint: str | None = None, usage: Usage = Usage()) -> Entry:
+    """:func:`decode` of an open entry file of ``size`` bytes, read part by part so that the
+    binary is read into its own bytes, never copied (a HIT reads megabytes on some drivers)."""
+    meta_len, meta_crc, bin_len = _parse_header(_read_exactly(fh, HEADER.size))
+    _check_size(size, meta_len, bin_len)
+    raw, binary = _read_exactly(fh, meta_len), _read_exactly(fh, bin_len)
+    trailer = _read_exactly(fh, _TRAILER + 1)
+    if len(raw) != meta_len or len(binary) != bin_len or len(trailer) != _TRAILER:
+        raise CorruptEntry("the file changed size while it was read")
+    return _assemble(raw, meta_crc, binary, trailer, key, fingerprint, usage)
+
+
+def _read_exactly(fh: IO[bytes], n: int) -> bytes:
+    """``n`` bytes, fewer only at the end of the file (one read of a regular file mostly; a
+    network file system may return less per read)."""
+    parts, got = [], 0
+    while got < n:
+        part = fh.read(n - got)
+        if not part:
+            break
+        parts.append(part)
+        got += len(part)
+    return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+def _check_size(size: int, meta_len: int, bin_len: int) -> None:
+    expected = HEADER.size + meta_len + bin_len + _TRAILER
+    if size != expected:
+        raise CorruptEntry(f"size {size} bytes, header says {expected}")
+
+
+def _assemble(raw: bytes, crc: int, binary: bytes | memoryview, trailer: bytes,
+              key: str | None, fingerprint: str | None, usage: Usage) -> Entry:
+    meta = _parse_meta(raw, crc)
+    if trailer.hex() != meta.binary_sha256:
+        raise CorruptEntry("binary checksum mismatch")
+    return verified(meta, binary, key, fingerprint, usage)
+
+
+def read_meta(fh: IO[bytes]) -> EntryMeta:
+    """Read only the header and metadata of an entry file (no binary): for fast listing."""
+    meta_len, meta_crc, _bin_len = _parse_header(fh.read(HEADER.size))
+    raw = fh.read(meta_len)
+    if len(raw) != meta_len:
+        raise CorruptEntry("truncated metadata")
+    return _parse_meta(raw, meta_crc)
