@@ -167,6 +167,24 @@ def test_a_plain_miss_runs_the_program_as_written(seed, device, settings, compil
         assert _pyopencl(device, normalise_source(src)) != want  # the reading avoided
 
 
+def test_oclgrind_too_runs_the_text_as_written_and_bypasses_the_clock(oclgrind, tmp_path):
+    """The second driver: the same generated kernel as written (the issue's example among its
+    lines) and a clock source, through clmagic.build."""
+    from clmagic import Settings
+
+    info, dev = clmagic.resolve_device(oclgrind)
+    ctx = cl.Context([dev])
+    grind = (info, ctx, cl.CommandQueue(ctx))
+    c = Compiler(Settings.from_env({"CLMAGIC_CACHE_DIR": str(tmp_path / "c"),
+                                    "CLMAGIC_DEVICE": oclgrind}))
+    rng = random.Random(5)
+    src = _bits(["\\\r  \n", "\r\r\n", *(_hazard(rng) for _ in range(8))])
+    want = _pyopencl(grind, src)
+    assert want != "error" and _clmagic(c, src) == (want, Outcome.MISS)
+    r = c.build(READ % "__TI\\\nME__")
+    assert r.outcome == Outcome.BYPASS and "reads the clock (__TIME__)" in r.note
+
+
 @pytest.mark.parametrize("src,options", [
     (HEAD + TAIL + "\\", ""),  # a stray backslash; with a newline after it, a splice
     (HEAD + TAIL + "??/", ""),
