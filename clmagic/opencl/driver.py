@@ -17,7 +17,9 @@ public path does, read in pyopencl 2026.1 (``pyopencl/__init__.py``, ``Program.b
   and a successful build that printed a log raises a ``CompilerWarning``, where clmagic shows
   the log under the cell itself.
 
-The built program is handed out as a public ``cl.Program`` (its one-argument form).
+The built program is handed out as a public ``cl.Program`` (its one-argument form). The private
+names are called through :mod:`clmagic.opencl.pyopencl_program`, where every pyopencl internal
+clmagic uses is named once.
 """
 
 from __future__ import annotations
@@ -34,6 +36,8 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 import pyopencl as cl
+
+from clmagic.opencl import pyopencl_program
 
 __all__ = ["Built", "BuildFailed", "from_source", "from_binaries", "binary_of", "build_log",
            "probe", "quiet_driver"]
@@ -107,11 +111,11 @@ def from_source(ctx: cl.Context, devs: Sequence[cl.Device], source: str, options
                 kernels: bool = True) -> Built:
     """Build ``source`` for ``devs`` in one driver call, with exactly ``options``; raises
     :class:`BuildFailed` with the driver's log when it refuses."""
-    prg = cl._cl._Program(ctx, source)
+    prg = pyopencl_program.raw_from_source(ctx, source)
     t = time.perf_counter()
     try:
         with quiet_driver():
-            prg._build(options=options.encode(), devices=list(devs))
+            pyopencl_program.bare_build(prg, options, devs)
     except cl.Error as exc:
         raise BuildFailed(_logs(prg, devs) or str(exc)) from None
     return _built(ctx, prg, (time.perf_counter() - t) * 1000, _logs(prg, devs), kernels)
@@ -123,8 +127,8 @@ def from_binaries(ctx: cl.Context, devs: Sequence[cl.Device], binaries: Sequence
     load time, ``log`` empty (the caller has the first build's). Raises ``cl.Error`` when the
     driver refuses a binary."""
     t = time.perf_counter()
-    prg = cl._cl._Program(ctx, list(devs), list(binaries))
-    prg._build(options=options.encode(), devices=list(devs))
+    prg = pyopencl_program.raw_from_binaries(ctx, devs, binaries)
+    pyopencl_program.bare_build(prg, options, devs)
     # no log read: a program loaded from a binary shows its first build's log
     return _built(ctx, prg, (time.perf_counter() - t) * 1000, "", kernels)
 
@@ -149,17 +153,17 @@ def probe(ctx: cl.Context, dev: cl.Device, source: str) -> str | None:
     """Whether the driver can compile ``source`` for ``dev``: ``None``, else its build log (or
     error). The compiler alone first (cheaper than a build, and where an unknown CPU fails);
     for a driver without ``clCompileProgram``, a whole build decides."""
-    program = cl._cl._Program(ctx, source)
+    program = pyopencl_program.raw_from_source(ctx, source)
     try:
         with quiet_driver():
             program.compile(options=b"", devices=[dev])
         return None
     except cl.Error:
         pass
-    program = cl._cl._Program(ctx, source)
+    program = pyopencl_program.raw_from_source(ctx, source)
     try:
         with quiet_driver():
-            program._build(options=b"", devices=[dev])
+            pyopencl_program.bare_build(program, "", [dev])
         return None
     except cl.Error as exc:
         return build_log(program, dev) or str(exc)

@@ -102,7 +102,7 @@ atexit.register(lambda: _stop() if _helper is not None else None)
 def _main() -> int:
     import pyopencl as cl
 
-    from clmagic.opencl import devices, driver
+    from clmagic.opencl import devices, driver, pyopencl_program
 
     jobs, out = sys.stdin.buffer, sys.stdout.buffer
     while True:
@@ -112,9 +112,9 @@ def _main() -> int:
         fingerprint, source, options = json.loads(jobs.read(_LEN.unpack(head)[0]))
         try:
             _info, dev = devices.resolve_device(fingerprint)
-            program = cl._cl._Program(cl.Context([dev]), source)
+            program = pyopencl_program.raw_from_source(cl.Context([dev]), source)
             with driver.quiet_driver():
-                program._build(options=options.encode(), devices=[dev])
+                pyopencl_program.bare_build(program, options, [dev])
             _send(out, b"+" + driver.binary_of(program, dev))
         except Exception as exc:  # noqa: BLE001 - the user's process reads it itself then
             _send(out, b"-" + str(exc).encode("utf-8", "replace")[:500])

@@ -13,7 +13,16 @@ handed back as the same ``pyopencl.Program``, its ``_prg`` built: kernels, ``all
   devices it does not know, an unexpected fault of the cache: that one with a warning);
 - a build error: pyopencl's build then runs again, so the caller gets pyopencl's own exception
   with the same log (a failing build costs two compilations, a working one none more);
-- a build asked for from inside a hooked build on the same thread (no recursion).
+- a build asked for from inside a hooked build on the same thread (no recursion);
+- a second ``build`` (other options, other devices, the same again) or a ``compile`` of a program
+  the hook built: the program is first given a fresh one made from its source, so pyopencl
+  builds that, as it would have without the hook (a program loaded from a binary keeps its old
+  code whatever the new options, and one served from memory is shared with other programs).
+
+After a hooked build the program is in the state pyopencl's own build leaves it in: where
+pyopencl would have gone through its binary cache (Oclgrind, most GPUs) it deletes the program's
+``_context``, so a second build raises ``AttributeError`` there as it does without clmagic. The
+pyopencl internals this relies on are named once, in :mod:`clmagic.opencl.pyopencl_program`.
 
 The driver receives pyopencl's option string unchanged (its include folder, its per-platform
 options, ``PYOPENCL_BUILD_OPTIONS``); pyopencl's include folder enters the key through the
@@ -37,44 +46,59 @@ from clmagic.trip.compiler import Compiler, ProgramBuild
 from clmagic._warn import warn_once
 from clmagic.errors import ClmagicError
 from clmagic.key.options import exact_options
+from clmagic.opencl import pyopencl_program as internals
 from clmagic.outcome import Outcome
 
 __all__ = ["install", "uninstall", "installed", "origin_of"]
 
 _lock = threading.Lock()
 _local = threading.local()
-_original: Callable[..., Any] | None = None
+#: pyopencl's own ``Program`` methods while the hook is in place (their names: ``_WRAPPERS``)
+_originals: dict[str, Callable[..., Any]] = {}
 _compiler_of: Callable[[], Compiler] | None = None
 
 
 def installed() -> bool:
     """Whether ``pyopencl.Program.build`` goes through clmagic now."""
-    return _original is not None
+    return bool(_originals)
 
 
 def install(compiler: Compiler | Callable[[], Compiler]) -> bool:
     """Send every ``pyopencl.Program(...).build()`` from source through ``compiler`` (or the
     compiler a callable returns at each build, e.g. the process's). Returns ``False`` when the
-    hook was already in place (it then uses the compiler given here)."""
-    global _original, _compiler_of
+    hook was already in place (it then uses the compiler given here), and when this pyopencl
+    lacks an internal the hook relies on (said once: every build is then pyopencl's own).
+
+    ``Program.compile`` and ``get_build_info`` are wrapped too, for the programs the hook built
+    only: ``compile`` compiles the program's own source, as it would without the hook, and the
+    build log is the one clmagic kept (see :mod:`clmagic.opencl.pyopencl_program`)."""
+    global _compiler_of
     getter = compiler if callable(compiler) else (lambda: compiler)
+    gone = internals.missing()
+    if gone:
+        warn_once(f"the pyopencl hook is not installed: this pyopencl has no {', '.join(gone)} "
+                  f"(checked against pyopencl {internals.CHECKED_AGAINST})")
+        return False
     with _lock:
         _compiler_of = getter
-        if _original is not None:
+        if _originals:
             return False
-        _original = cl.Program.__dict__["build"]
-        cl.Program.build = _hooked(_original)  # type: ignore[method-assign]
+        for name, wrap in _WRAPPERS.items():
+            _originals[name] = cl.Program.__dict__[name]
+            setattr(cl.Program, name, wrap(_originals[name]))
         return True
 
 
 def uninstall() -> bool:
-    """Give pyopencl its own ``Program.build`` back; ``False`` when the hook was not in place."""
-    global _original, _compiler_of
+    """Give pyopencl its own ``Program`` methods back; ``False`` when the hook was not in place."""
+    global _compiler_of
     with _lock:
-        if _original is None:
+        if not _originals:
             return False
-        cl.Program.build = _original  # type: ignore[method-assign]
-        _original = _compiler_of = None
+        for name, original in _originals.items():
+            setattr(cl.Program, name, original)
+        _originals.clear()
+        _compiler_of = None
         return True
 
 
@@ -94,12 +118,15 @@ def _hooked(original: Callable[..., cl.Program]) -> Callable[..., cl.Program]:
     def build(self: cl.Program, options: Any = None, devices: Any = None,
               cache_dir: Any = None) -> cl.Program:
         getter = _compiler_of
-        if getter is None or getattr(_local, "busy", False) or not _from_source(self, cache_dir):
+        if getter is None or getattr(_local, "busy", False) or internals.renew(self):
+            return original(self, options, devices, cache_dir)  # a second build: pyopencl's
+        source = _from_source(self, cache_dir)
+        if source is None:
             return original(self, options, devices, cache_dir)
         _local.busy = True
         try:
             t0 = time.perf_counter()
-            built = _through_cache(self, options, devices, getter(), sys._getframe(1))
+            built = _through_cache(source, options, devices, getter(), sys._getframe(1))
         except ClmagicError:  # not cacheable, or a build error: pyopencl says it its own way
             built = None
         except Exception as exc:  # a fault of the cache must never cost the caller's build
@@ -109,10 +136,10 @@ def _hooked(original: Callable[..., cl.Program]) -> Callable[..., cl.Program]:
             _local.busy = False
         if built is None:
             return original(self, options, devices, cache_dir)
-        self._prg = built.program._get_prg()
         cached = built.outcome in (Outcome.HIT, Outcome.MEMORY)
         descr = "clmagic cache retrieval" if cached else "clmagic source build"
-        self._build_duration_info = (descr, cached, time.perf_counter() - t0)
+        internals.adopt(self, built.program, (descr, cached, time.perf_counter() - t0),
+                        built.build_log)
         if built.build_log:
             cl.compiler_output("Build succeeded, but resulted in non-empty logs:\n"
                                + built.build_log)
@@ -122,22 +149,43 @@ def _hooked(original: Callable[..., cl.Program]) -> Callable[..., cl.Program]:
     return build
 
 
-def _from_source(prg: cl.Program, cache_dir: Any) -> bool:
-    """A program made from source, not built yet, whose caller did not turn caching off (with
-    pyopencl's private attributes as this pyopencl has them; any other: not ours to build)."""
-    try:
-        if prg._prg is not None or not hasattr(prg, "_source"):
-            return False
-        if cache_dir is None:
-            cache_dir = getattr(prg._context, "cache_dir", None)
-    except AttributeError:
-        return False
-    return cache_dir is not False and not getattr(cl, "_PYOPENCL_NO_CACHE", False)
+def _compile_hooked(original: Callable[..., cl.Program]) -> Callable[..., cl.Program]:
+    @functools.wraps(original)
+    def compile(self: cl.Program, *args: Any, **kwargs: Any) -> cl.Program:
+        internals.renew(self)  # a program the hook built compiles its source, as pyopencl's
+        return original(self, *args, **kwargs)
+
+    compile.__clmagic_hook__ = True  # type: ignore[attr-defined]
+    return compile
 
 
-def _through_cache(prg: cl.Program, options: Any, devices: Any, compiler: Compiler,
+def _build_info_hooked(original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def get_build_info(self: cl.Program, *args: Any, **kwargs: Any) -> Any:
+        log = internals.log_of(self, args[1]) if len(args) == 2 and not kwargs else None
+        return original(self, *args, **kwargs) if log is None else log
+
+    get_build_info.__clmagic_hook__ = True  # type: ignore[attr-defined]
+    return get_build_info
+
+
+_WRAPPERS: dict[str, Callable[[Callable[..., Any]], Callable[..., Any]]] = {
+    "build": _hooked, "compile": _compile_hooked, "get_build_info": _build_info_hooked}
+
+
+def _from_source(prg: cl.Program, cache_dir: Any) -> internals.Unbuilt | None:
+    """A program made from source, not built yet, whose caller did not turn caching off."""
+    source = internals.unbuilt(prg)
+    if source is None:
+        return None
+    if cache_dir is None:
+        cache_dir = getattr(source.context, "cache_dir", None)
+    return None if cache_dir is False or internals.no_cache() else source
+
+
+def _through_cache(source: internals.Unbuilt, options: Any, devices: Any, compiler: Compiler,
                    caller: FrameType | None) -> ProgramBuild:
-    ctx = prg._context
-    options_bytes, include_path = prg._process_build_options(ctx, options)
-    opts = exact_options(options_bytes.decode("utf-8"), [d for d in include_path if d != "."])
-    return compiler.build_program(ctx, prg._source, opts, devices, origin=origin_of(caller))
+    driver_options, include_path = internals.options_of(source.context, options)
+    opts = exact_options(driver_options, [d for d in include_path if d != "."])
+    return compiler.build_program(source.context, source.source, opts, devices,
+                                  origin=origin_of(caller))
