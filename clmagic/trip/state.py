@@ -16,12 +16,14 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 
 import pyopencl as cl
 
+from clmagic._fork import after_fork, disown
 from clmagic._memo import remember
 from clmagic._warn import warn_once
 from clmagic.config import Settings
@@ -47,6 +49,8 @@ PROGRAMS_MAX = 256
 
 #: the (fingerprint, key) of one program in the memory front
 Memo = tuple[str, str]
+
+_STATES: weakref.WeakSet[TripState] = weakref.WeakSet()
 
 
 @dataclass(frozen=True)
@@ -98,6 +102,17 @@ class TripState:
         self._hits = HitCounter(self._saver)  # store hits, counted in batches
         self._no_counters = Counters(None)  # this session's counts when there is no store
         self._store = store
+        _STATES.add(self)
+
+    def reset_after_fork(self) -> None:
+        """In a forked child: a new lock (another thread of the parent may have held this one),
+        and nothing served from memory, since OpenCL objects do not work after a fork: the
+        parent's programs are disowned (never used, never released here). The prepared
+        sources are plain data and stay; the saver and hit counter reset themselves."""
+        self._lock = threading.Lock()
+        disown(self._memory, self._programs)
+        self._memory = OrderedDict()
+        self._programs = OrderedDict()
 
     # -- the store, the background work ---------------------------------------------------------
 
