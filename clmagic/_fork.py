@@ -25,7 +25,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 
-__all__ = ["after_fork", "disown"]
+__all__ = ["after_fork", "around_fork", "disown"]
 
 #: what a forked child inherited and must never use or release (see the module's text)
 _disowned: list[object] = []
@@ -37,6 +37,14 @@ def after_fork(reset: Callable[[], None]) -> None:
     another thread may have held, it replaces it."""
     if hasattr(os, "register_at_fork"):  # not on Windows, which has no fork
         os.register_at_fork(after_in_child=reset)
+
+
+def around_fork(before: Callable[[], None], after_in_parent: Callable[[], None]) -> None:
+    """Run ``before()`` in the forking thread just before every fork, and
+    ``after_in_parent()`` in the parent just after it (e.g. to hold a worker still across
+    the fork, so that the child's copy is not caught mid-way)."""
+    if hasattr(os, "register_at_fork"):
+        os.register_at_fork(before=before, after_in_parent=after_in_parent)
 
 
 def disown(*things: object) -> None:

@@ -159,9 +159,9 @@ def test_on_pocl_a_helper_process_reads_the_binary_out_so_the_first_launch_does_
     asked: list[str] = []
     inner = readout.read_out
 
-    def spy(fingerprint: str, source: str, options: str) -> bytes | None:
+    def spy(fingerprint: str, source: str, options: str, build_ms: float = 0.0) -> bytes | None:
         asked.append(source)
-        return inner(fingerprint, source, options)
+        return inner(fingerprint, source, options, build_ms)
 
     readout.read_out = spy
     try:

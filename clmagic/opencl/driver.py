@@ -30,14 +30,15 @@ import re
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, cast
 
 import pyopencl as cl
 
-from clmagic.opencl.facts import KernelFacts
+from clmagic._fork import after_fork
+
 from clmagic.opencl import pyopencl_program
 
 __all__ = ["Built", "BuildFailed", "from_source", "from_binaries", "binary_of", "build_log",
@@ -98,9 +99,6 @@ class Built:
     log: str
     #: the key of another source whose line numbers the log uses (a rekeyed entry's), or ""
     log_from: str = ""
-    #: what the compiler made of each kernel (:mod:`clmagic.opencl.facts`); ``None``: not known
-    #: (a program loaded from an entry saved before clmagic kept them, or no kernels made)
-    facts: Mapping[str, KernelFacts] | None = None
 
 
 class BuildFailed(Exception):
@@ -109,6 +107,23 @@ class BuildFailed(Exception):
     def __init__(self, log: str):
         super().__init__(log)
         self.log = log
+
+
+def _after_fork() -> None:
+    """A child forked while another thread built has its stderr in that build's sink, and no
+    thread to give it back: it is given back here, with a new lock."""
+    global _quiet_lock, _quiet_depth, _quiet_saved
+    _quiet_lock, _quiet_depth = threading.Lock(), 0
+    if _quiet_saved is not None:
+        saved, _quiet_saved = _quiet_saved[0], None
+        try:
+            os.dup2(saved, 2)
+            os.close(saved)
+        except OSError:
+            pass
+
+
+after_fork(_after_fork)
 
 
 def from_source(ctx: cl.Context, devs: Sequence[cl.Device], source: str, options: str,

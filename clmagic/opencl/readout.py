@@ -10,6 +10,12 @@ the user's process only waits for the pipe, without the GIL. A source that reads
 sent (the helper could read them changed); any failure returns ``None`` and the caller reads the
 binary in-process as before.
 
+A helper that does not answer is killed: it gets a bound set by the work (a few times the build
+it redoes, :mod:`clmagic.opencl.patience`), more only while it is seen working, and
+:data:`TIMEOUT_S` at most; the readout is then done in-process. After :data:`MAX_FAILURES` such
+helpers the process reads in-process only. A forked child does not use (nor kill, nor write
+to) its parent's helper: it starts its own if it needs one.
+
 ``python -m clmagic.opencl.readout``: the helper (jobs on stdin, binaries on stdout).
 """
 
@@ -24,14 +30,20 @@ import sys
 import threading
 from typing import IO
 
-__all__ = ["needs_helper", "read_out"]
+from clmagic._fork import after_fork, disown
+from clmagic.opencl.patience import bound_s, wait_while_working
 
-#: how long one readout may take in the helper (its build included) before it is given up
-TIMEOUT_S = 300.0
+__all__ = ["needs_helper", "read_out", "helper_pid", "TIMEOUT_S", "MAX_FAILURES"]
+
+#: the longest one readout may take in the helper (its build included), however busy it is
+TIMEOUT_S = 120.0
+#: helpers killed for not answering after which this process reads binaries in-process only
+MAX_FAILURES = 2
 _LEN = struct.Struct("<Q")
 
 _lock = threading.Lock()
 _helper: subprocess.Popen[bytes] | None = None
+_failures = 0
 
 
 def needs_helper(platform_name: str) -> bool:
@@ -42,25 +54,61 @@ def needs_helper(platform_name: str) -> bool:
             and os.environ.get("CLMAGIC_READOUT_HELPER", "1") != "0")
 
 
-def read_out(fingerprint: str, source: str, options: str) -> bytes | None:
+def helper_pid() -> int | None:
+    """The process id of this process's helper, ``None`` while there is none."""
+    helper = _helper
+    return helper.pid if helper is not None and helper.poll() is None else None
+
+
+def read_out(fingerprint: str, source: str, options: str,
+             build_ms: float = 0.0) -> bytes | None:
     """The binary of ``source`` built with ``options`` for the device ``fingerprint``, by the
-    helper process; ``None`` when it cannot say (the caller then reads it in-process)."""
-    global _helper
+    helper process; ``None`` when it cannot say (the caller then reads it in-process).
+    ``build_ms``: what the build took here, which sets how long the helper gets."""
+    global _helper, _failures
     with _lock:  # one job at a time: the saver thread is the only caller anyway
+        if _failures >= MAX_FAILURES:
+            return None
         try:
             if _helper is None or _helper.poll() is not None:
                 _helper = subprocess.Popen([sys.executable, "-m", "clmagic.opencl.readout"],
                                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                            stderr=subprocess.DEVNULL)
-            assert _helper.stdin is not None and _helper.stdout is not None
-            _send(_helper.stdin, json.dumps([fingerprint, source, options]).encode())
-            reply = _receive(_helper.stdout, TIMEOUT_S)
-        except (OSError, ValueError, TimeoutError):
-            reply = None
+            payload = json.dumps([fingerprint, source, options]).encode()
+            answered, reply = _exchange(_helper, payload, bound_s(build_ms))
+        except (OSError, ValueError):
+            answered, reply = True, None
         if reply is None:  # a helper that failed or hung is not asked again as it is
+            _failures += 0 if answered else 1
             _stop()
             return None
         return reply[1:] if reply[:1] == b"+" else None
+
+
+def _exchange(helper: subprocess.Popen[bytes], payload: bytes,
+              bound: float) -> tuple[bool, bytes | None]:
+    """Send one job and read its reply, on a thread of its own (a helper that stopped reading
+    blocks a write as surely as a read); (whether it answered in time, the reply or ``None``)."""
+    stdin, stdout = helper.stdin, helper.stdout
+    assert stdin is not None and stdout is not None
+    result: list[bytes | None] = [None]
+
+    def talk() -> None:
+        try:
+            _send(stdin, payload)
+            result[0] = _receive(stdout)
+        except (OSError, ValueError):
+            pass  # a pipe closed under it: no reply
+
+    talker = threading.Thread(target=talk, name="clmagic-readout", daemon=True)
+    talker.start()
+
+    def done(timeout: float) -> bool:
+        talker.join(timeout)
+        return not talker.is_alive()
+
+    answered = wait_while_working(done, helper.pid, bound, TIMEOUT_S)
+    return answered, result[0] if answered else None
 
 
 def _send(pipe: IO[bytes], data: bytes) -> None:
@@ -68,24 +116,17 @@ def _send(pipe: IO[bytes], data: bytes) -> None:
     pipe.flush()
 
 
-def _receive(pipe: IO[bytes], timeout: float) -> bytes | None:
-    result: list[bytes | None] = [None]
-
-    def read() -> None:
-        head = pipe.read(_LEN.size)
-        if len(head) == _LEN.size:
-            body = pipe.read(_LEN.unpack(head)[0])
-            result[0] = body if len(body) == _LEN.unpack(head)[0] else None
-
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
-    reader.join(timeout)
-    if reader.is_alive():
-        raise TimeoutError
-    return result[0]
+def _receive(pipe: IO[bytes]) -> bytes | None:
+    head = pipe.read(_LEN.size)
+    if len(head) != _LEN.size:
+        return None
+    size = _LEN.unpack(head)[0]
+    body = pipe.read(size)
+    return body if len(body) == size else None
 
 
 def _stop() -> None:
+    """Kill the helper (stopped or not: SIGKILL ends both) and reap it, for a bounded time."""
     global _helper
     if _helper is not None:
         try:
@@ -96,7 +137,26 @@ def _stop() -> None:
         _helper = None
 
 
+def _after_fork() -> None:
+    """A forked child: the parent's helper is the parent's. Its pipes are closed here (so that
+    it sees the end of its jobs when the parent ends, not when the child does), without a flush
+    (what the parent had buffered is the parent's), and the objects disowned."""
+    global _helper, _lock, _failures
+    _lock, _failures = threading.Lock(), 0
+    if _helper is not None:
+        for pipe in (_helper.stdin, _helper.stdout):
+            raw = getattr(pipe, "raw", None)
+            try:
+                if raw is not None:
+                    raw.close()
+            except OSError:
+                pass
+        disown(_helper)
+        _helper = None
+
+
 atexit.register(lambda: _stop() if _helper is not None else None)
+after_fork(_after_fork)
 
 
 def _main() -> int:

@@ -18,9 +18,12 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from typing import TYPE_CHECKING
 
+from clmagic._fork import after_fork
 from clmagic.errors import CorruptEntry
+from clmagic.opencl.patience import bound_s, wait_while_working
 
 if TYPE_CHECKING:
     from clmagic.entry import Entry
@@ -28,7 +31,8 @@ if TYPE_CHECKING:
 
 __all__ = ["prove", "vouch", "PROOF_TIMEOUT_S"]
 
-#: how long the child may take to load a binary (a driver's own JIT of it included)
+#: the longest the child may take to load a binary (a driver's own JIT of it included), however
+#: busy it is; one that does not answer is killed sooner (:mod:`clmagic.opencl.patience`)
 PROOF_TIMEOUT_S = 120.0
 
 _proven: set[tuple[str, str, str]] = set()
@@ -36,17 +40,36 @@ _lock = threading.Lock()
 
 
 def prove(fingerprint: str, binary: bytes, options: str,
-          timeout: float = PROOF_TIMEOUT_S) -> str | None:
+          timeout: float = PROOF_TIMEOUT_S, build_ms: float = 0.0) -> str | None:
     """Load ``binary`` for the device ``fingerprint`` with ``options`` in a child process:
-    ``None`` when it loaded, else why not (a signal, a refusal, a timeout) in words."""
+    ``None`` when it loaded, else why not (a signal, a refusal, a child that did not answer) in
+    words. The child gets a bound set by its build's ``build_ms``, more while it is seen
+    working, ``timeout`` seconds at most; one that does not answer is killed."""
     cmd = [sys.executable, "-m", "clmagic.opencl.vet", fingerprint, options]
     try:
-        proc = subprocess.run(cmd, input=binary, capture_output=True, timeout=timeout,
-                              check=False)
-    except subprocess.TimeoutExpired:
-        return f"loading it in a child process did not finish in {timeout:g} s"
+        proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE)
     except OSError as exc:
         return f"the child process that checks it could not start ({exc.strerror})"
+    t0 = time.monotonic()
+    with proc:
+        sent, errors = [False], [b""]
+
+        def done(wait: float) -> bool:
+            try:  # the binary goes once; asking again only waits for the answer
+                errors[0] = proc.communicate(None if sent[0] else binary, timeout=wait)[1]
+            except subprocess.TimeoutExpired:
+                return False
+            finally:
+                sent[0] = True
+            return True
+
+        if not wait_while_working(done, proc.pid, bound_s(build_ms), timeout):
+            proc.kill()
+            proc.communicate()
+            return (f"loading it in a child process got no answer in "
+                    f"{time.monotonic() - t0:.1f} s (the child was killed)")
+    stderr = errors[0]
     if proc.returncode == 0:
         return None
     if proc.returncode < 0:
@@ -55,7 +78,7 @@ def prove(fingerprint: str, binary: bytes, options: str,
         except ValueError:
             name = f"signal {-proc.returncode}"
         return f"the driver crashed loading it in a child process ({name})"
-    lines = proc.stderr.decode("utf-8", "replace").strip().splitlines()
+    lines = stderr.decode("utf-8", "replace").strip().splitlines()
     return f"the driver refused it in a child process ({lines[-1] if lines else proc.returncode})"
 
 
@@ -70,7 +93,7 @@ def vouch(entry: Entry, options: str, store: Store | None) -> None:
     with _lock:
         known = memo in _proven
     if not known:
-        why = prove(entry.fingerprint, entry.binary, options)
+        why = prove(entry.fingerprint, entry.binary, options, build_ms=entry.build_ms)
         if why:
             raise CorruptEntry(f"{why}; it came from {entry.foreign}")
         with _lock:
@@ -80,6 +103,16 @@ def vouch(entry: Entry, options: str, store: Store | None) -> None:
             store.mark_proven(entry)
         except Exception:  # noqa: BLE001 - the proof holds for this process either way
             pass
+
+
+def _after_fork() -> None:
+    """A forked child: a new lock (the parent's may have been held); the proofs stand (the
+    same machine, the same driver)."""
+    global _lock
+    _lock = threading.Lock()
+
+
+after_fork(_after_fork)
 
 
 def _main(argv: list[str]) -> int:

@@ -20,7 +20,9 @@ Nothing is lost on the way:
 A forked child starts with empty savers and hit counters (:mod:`clmagic._fork`): the parent's
 queued jobs are the parent's (its thread runs them; the child has no such thread, and its exit
 would wait for them for ever), and a save the child was waiting for says it was left to the
-parent.
+parent. The fork itself waits for the job each saver is running (:data:`FORK_WAIT_S` at most),
+so that the child is not made in the middle of one: a readout holds the driver's own locks,
+which the child would find held for ever.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from collections import deque
 from collections.abc import Callable, Hashable
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from clmagic._fork import after_fork
+from clmagic._fork import after_fork, around_fork
 from clmagic._warn import warn_once
 
 if TYPE_CHECKING:
@@ -45,6 +47,8 @@ __all__ = ["Saver", "Pending", "HitCounter", "flush_all", "wait_everywhere", "ex
 
 #: the longest the process's normal exit waits for the saves still queued or running, in all
 EXIT_WAIT_S = 10.0
+#: the longest a fork waits for the job each saver is running (see :func:`_before_fork`)
+FORK_WAIT_S = 10.0
 #: how often a waiter checks that the worker it waits for is still there
 _CHECK_S = 0.5
 #: a save's note in a forked child, whose parent was saving it when the child was made
@@ -112,6 +116,8 @@ class Saver:
         self._busy = 0  # jobs queued or running
         self._awake = False  # run the queue now (a job that wakes was queued, or a flush)
         self._since = 0.0  # when the oldest job waiting was queued
+        self._running = False  # a job is running now
+        self._held = False  # the condition is held across a fork (hold_for_fork)
         self._thread: threading.Thread | None = None
 
     def submit(self, tag: Hashable, job: Callable[[], object], *more: Hashable,
@@ -177,6 +183,24 @@ class Saver:
         """Jobs queued or running."""
         return self._busy
 
+    def hold_for_fork(self, end: float) -> None:
+        """Wait (until the monotonic time ``end`` at most) for the running job to finish, then
+        hold the queue still until :meth:`release_after_fork`: a child is then forked with no
+        job half done (a driver's readout holds the driver's own locks, which the child would
+        find held for ever; a store's transaction its file locks)."""
+        if self._on_worker():
+            return  # a job that forks: it cannot wait for itself
+        self._cond.acquire()
+        self._held = True
+        while self._running and time.monotonic() < end:
+            self._cond.wait(max(end - time.monotonic(), 0.0))
+
+    def release_after_fork(self) -> None:
+        """In the parent, after the fork: the queue runs again."""
+        if self._held:
+            self._held = False
+            self._cond.release()
+
     def _on_worker(self) -> bool:
         return self._thread is not None and threading.current_thread() is self._thread
 
@@ -195,6 +219,7 @@ class Saver:
         while True:
             with self._cond:
                 tags, job = self._next()
+                self._running = True
             try:
                 job()
             except BaseException as exc:  # noqa: BLE001 - a save that fails is reported, never
@@ -206,6 +231,7 @@ class Saver:
     def _done(self, tags: tuple[Hashable, ...]) -> None:
         with self._cond:
             self._busy -= 1
+            self._running = False
             if not self._jobs:
                 self._awake = False  # a wake (or flush) is spent with the queue
             for tag in tags:
@@ -293,6 +319,19 @@ def _at_exit() -> None:
               f"{EXIT_WAIT_S:g} s; not saved", file=sys.stderr)
 
 
+def _before_fork() -> None:
+    """Each saver's running job finished (:data:`FORK_WAIT_S` in all at most) and its queue
+    held still while the process forks."""
+    end = time.monotonic() + FORK_WAIT_S
+    for saver in list(_SAVERS):
+        saver.hold_for_fork(end)
+
+
+def _after_fork_in_parent() -> None:
+    for saver in list(_SAVERS):
+        saver.release_after_fork()
+
+
 def _after_fork() -> None:
     """In a forked child: every saver and hit counter empty, every save under way settled."""
     for saver in list(_SAVERS):
@@ -304,5 +343,6 @@ def _after_fork() -> None:
 
 
 atexit.register(_at_exit)
+around_fork(_before_fork, _after_fork_in_parent)
 after_fork(_after_fork)
 

@@ -12,7 +12,7 @@ from clmagic.opencl import driver, readout
 from clmagic._warn import warn_once
 from clmagic.trip.records import Record
 from clmagic.store import Store
-from clmagic.trip.background import Pending, exiting
+from clmagic.trip.background import FORKED_NOTE, Pending, exiting
 from clmagic.trip.state import TripState
 
 __all__ = ["save", "save_later", "not_saved"]
@@ -34,7 +34,7 @@ def save(state: TripState, rec: Record, program: cl.Program, dev: cl.Device,
     if (aside and rec.source and not rec.headers and not exiting()
             and readout.needs_helper(rec.device.platform_name)
             and rebuilt_alike(rec.source, rec.options)):  # the helper's binary is the user's
-        binary = readout.read_out(rec.fingerprint, rec.source, rec.options)
+        binary = readout.read_out(rec.fingerprint, rec.source, rec.options, rec.build_ms)
     saved = store.put(rec.entry(binary if binary is not None else driver.binary_of(program, dev)))
     return saved, "saved" if saved else not_saved(store)
 
@@ -48,7 +48,8 @@ def save_later(state: TripState, rec: Record, kept: Record | None, program: cl.P
                dev: cl.Device, why: str = "") -> Pending[Record]:
     """Read out and save the binary of ``rec``'s build on the saver's thread; the history's
     record (``kept``) then says how it ended, and so does the returned :class:`Pending`."""
-    pending: Pending[Record] = Pending(rec)
+    pending: Pending[Record] = Pending(rec, forked=lambda r: dataclasses.replace(
+        r, saved_to_store=False, note=FORKED_NOTE))  # a forked child: the parent saves it
 
     def job() -> None:
         saved, note = False, "not saved"

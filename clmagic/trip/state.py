@@ -16,12 +16,14 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 
 import pyopencl as cl
 
+from clmagic._fork import after_fork, disown
 from clmagic._memo import remember
 from clmagic._warn import warn_once
 from clmagic.config import Settings
@@ -32,7 +34,6 @@ from clmagic.key.options import BuildOptions
 from clmagic.key.prepare import Options, Prepared, prepare
 from clmagic.opencl import driver, vet
 from clmagic.opencl.devices import DeviceInfo
-from clmagic.opencl.facts import facts_from_json, gather
 from clmagic.store import Store
 from clmagic.store.lifetime import Counters
 from clmagic.trip.background import HitCounter, Pending, Saver, wait_everywhere
@@ -48,6 +49,8 @@ PROGRAMS_MAX = 256
 
 #: the (fingerprint, key) of one program in the memory front
 Memo = tuple[str, str]
+
+_STATES: weakref.WeakSet[TripState] = weakref.WeakSet()
 
 
 @dataclass(frozen=True)
@@ -99,6 +102,17 @@ class TripState:
         self._hits = HitCounter(self._saver)  # store hits, counted in batches
         self._no_counters = Counters(None)  # this session's counts when there is no store
         self._store = store
+        _STATES.add(self)
+
+    def reset_after_fork(self) -> None:
+        """In a forked child: a new lock (another thread of the parent may have held this one),
+        and nothing served from memory, since OpenCL objects do not work after a fork: the
+        parent's programs are disowned (never used, never released here). The prepared
+        sources are plain data and stay; the saver and hit counter reset themselves."""
+        self._lock = threading.Lock()
+        disown(self._memory, self._programs)
+        self._memory = OrderedDict()
+        self._programs = OrderedDict()
 
     # -- the store, the background work ---------------------------------------------------------
 
@@ -263,8 +277,7 @@ class TripState:
             raise CorruptEntry(f"the driver refused the stored binary: {exc}") from None
         return dataclasses.replace(built, build_ms=entries[0].build_ms,
                                    log=entries[0].meta.build_log,
-                                   log_from=entries[0].meta.rekeyed_from,
-                                   facts=facts_from_json(entries[0].meta.kernel_facts))
+                                   log_from=entries[0].meta.rekeyed_from)
 
     @staticmethod
     def compile(ctx: cl.Context, devs: list[cl.Device], label: str, prep: Prepared,
@@ -273,14 +286,10 @@ class TripState:
         if not strip_comments(prep.source).strip():  # checked here: a cached source has code
             raise ClmagicError("the source holds only comments: nothing to compile")
         try:
-            built = driver.from_source(ctx, devs, prep.source, prep.opts.effective, kernels)
+            return driver.from_source(ctx, devs, prep.source, prep.opts.effective, kernels)
         except driver.BuildFailed as exc:
             raise BuildError(exc.log, options=prep.opts.effective, device=label,
                              line_offset=line_offset) from None
-        if not (kernels and len(devs) == 1):  # the facts are one device's, of kernels made
-            return built
-        # asked now, once (well under a ms), and kept in the entry: a HIT asks nothing
-        return dataclasses.replace(built, facts=gather(built.kernels, devs[0], built.log))
 
     # -- records, the history, the counters -----------------------------------------------------
 
@@ -297,7 +306,7 @@ class TripState:
             source_bytes=len(prep.src), headers=prep.headers,
             build_log=built.log if log is None else log, line_offset=line_offset,
             saved_to_store=saved, note=note, origin=origin, code_key=code_key or "",
-            rekeyed_from=built.log_from, setup_ms=setup_ms, facts=built.facts)
+            rekeyed_from=built.log_from, setup_ms=setup_ms)
 
     def keep_records(self, recs: Sequence[Record]) -> list[Record | None]:
         """Add the records to the history; each as the history keeps it (``None`` when it keeps
