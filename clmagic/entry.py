@@ -79,6 +79,10 @@ class EntryMeta:
     #: where the binary came from when not from a build on this machine, until it is proven
     #: loadable here ("bundle NAME", "remote URL"); "" for this machine's own builds
     untrusted: str = _f(default="", omit=True, compare=False)
+    #: what the compiler made of each kernel, as JSON (kernel → the figures the driver gave:
+    #: :mod:`clmagic.opencl.facts`); ``None``: not kept (entries saved before clmagic kept them,
+    #: builds that make no kernels)
+    kernel_facts: dict[str, Any] | None = _f(default=None, omit=True)
     #: SHA-256 of the canonical metadata (every field above, the format version): what the entry
     #: was built for (key, device, binary checksum) cannot be moved or edited apart from it
     digest: str = _f(default="", omit=True, compare=False)
@@ -110,7 +114,8 @@ META_FIELDS: tuple[dataclasses.Field[Any], ...] = tuple(
 SQL_FIELDS: tuple[str, ...] = tuple(f.name for f in META_FIELDS if f.metadata["column"])
 _NAMES = frozenset(f.name for f in META_FIELDS)
 _KINDS: dict[str, tuple[type, ...]] = {"str": (str,), "int": (int,), "float": (int, float),
-                                       "tuple[str, ...]": (list,)}
+                                       "tuple[str, ...]": (list,),
+                                       "dict[str, Any] | None": (dict,)}
 #: per field: name, the types its JSON value may have, whether it may be absent, whether a float
 _CHECKS = [(f.name, _KINDS[str(f.type)], f.default is not dataclasses.MISSING, f.type == "float")
            for f in META_FIELDS]
@@ -193,14 +198,15 @@ class Entry:
                build_ms: float, created: float, build_log: str = "", origin: str = "cell",
                device_version: str = "", platform_version: str = "",
                headers: Iterable[str] = (), code_key: str = "", rekeyed_from: str = "",
-               untrusted: str = "") -> Entry:
+               untrusted: str = "", kernel_facts: Mapping[str, Any] | None = None) -> Entry:
         """A new entry: every stored field by name (a misspelt one is a ``TypeError``, never a
         field of ``meta.other``); fills ``binary_bytes`` and ``binary_sha256`` and trims the
         build log to :data:`MAX_LOG`. It has no seal (``digest``, ``signature``): the store
         seals what it writes. The values are checked as stored metadata is
         (:func:`check_meta`)."""
+        facts = {} if kernel_facts is None else {"kernel_facts": dict(kernel_facts)}
         return cls(meta=check_meta({
-            "key": key, "fingerprint": fingerprint, "kernels": list(kernels),
+            **facts, "key": key, "fingerprint": fingerprint, "kernels": list(kernels),
             "options": options, "device": device, "platform": platform, "driver": driver,
             "source_bytes": source_bytes, "binary_bytes": len(binary),
             "binary_sha256": hashlib.sha256(binary).hexdigest(), "build_ms": build_ms,

@@ -112,3 +112,57 @@ def test_json_round_trip_and_lenient_reading():
     odd = facts_from_json({"k": {"registers": "many", "work_group_size": True, "new": 1},
                            "bad": 3})
     assert odd == {"k": KernelFacts(name="k")}
+
+
+def test_a_hit_shows_the_facts_of_its_miss(settings, oclgrind):
+    """The MISS's facts are kept in the entry: a new compiler over the same store (a new
+    kernel's) HITs and shows the same facts without asking the driver; the entry holds them as
+    JSON; a comment-only change (REKEYED) carries them too."""
+    first = clmagic.Compiler(settings).build(SRC, "", oclgrind)
+    assert first.outcome == "MISS" and first.saved
+    facts = first.kernel_info
+    assert set(facts) == {"saxpy", "tile"} and facts["saxpy"].args[1].name == "x"
+    entry = first_entry(settings, first)
+    assert facts_from_json(entry.meta.kernel_facts) == facts
+    again = clmagic.Compiler(settings).build(SRC, "", oclgrind)
+    assert again.outcome == "HIT" and again.record.facts == facts and again.kernel_info == facts
+    moved = clmagic.Compiler(settings).build("// same code\n" + SRC, "", oclgrind)
+    assert moved.outcome == "REKEYED" and moved.kernel_info == facts
+
+
+def first_entry(settings, result):
+    from clmagic.store import store_for
+
+    store = store_for(settings)
+    entry = store.get(result.device.fingerprint, result.key)
+    assert entry is not None
+    return entry
+
+
+def test_entries_without_facts_still_load(settings, pocl):
+    """An entry saved before clmagic kept facts (no kernel_facts field) is a HIT; its facts are
+    then asked of the driver for the loaded program, and equal those of a fresh build."""
+    import dataclasses
+
+    from clmagic.entry import Entry
+    from clmagic.store import store_for
+
+    built = clmagic.Compiler(settings).build(SRC, "", pocl)
+    assert built.saved
+    entry = first_entry(settings, built)
+    meta = dataclasses.replace(entry.meta, kernel_facts=None, digest="", signature="")
+    assert "kernel_facts" not in meta.to_json()
+    store = store_for(settings)
+    store.delete(built.device.fingerprint, built.key)
+    assert store.put(Entry(meta=meta, binary=entry.binary))
+    hit = clmagic.Compiler(settings).build(SRC, "", pocl)
+    assert hit.outcome == "HIT" and hit.record.facts is None
+    assert hit.kernel_info == built.kernel_info
+
+
+def test_the_compiled_code_says_what_the_binary_is(pocl, oclgrind):
+    pocl_result = clmagic.build(SRC, "", pocl)
+    assert pocl_result.ptx is None and pocl_result.code.kind == "POCL binary"
+    assert pocl_result.code.size is None  # never read for a view: it would generate code
+    grind = clmagic.build(SRC, "", oclgrind)
+    assert grind.ptx is None and grind.code.kind == "LLVM bitcode" and grind.code.size > 0

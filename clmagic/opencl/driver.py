@@ -30,7 +30,7 @@ import re
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, cast
@@ -38,6 +38,7 @@ from typing import Any, cast
 import pyopencl as cl
 
 from clmagic._fork import after_fork
+from clmagic.opencl.facts import KernelFacts
 
 from clmagic.opencl import pyopencl_program
 
@@ -99,6 +100,9 @@ class Built:
     log: str
     #: the key of another source whose line numbers the log uses (a rekeyed entry's), or ""
     log_from: str = ""
+    #: what the compiler made of each kernel (:mod:`clmagic.opencl.facts`); ``None``: not known
+    #: (a program loaded from an entry saved before clmagic kept them, or no kernels made)
+    facts: Mapping[str, KernelFacts] | None = None
 
 
 class BuildFailed(Exception):

@@ -8,10 +8,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from clmagic.entry import Entry
+from clmagic.opencl.facts import facts_to_json
 from clmagic.outcome import SERVED, UNCACHED, Outcome
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from clmagic.opencl.devices import DeviceInfo
+    from clmagic.opencl.facts import KernelFacts
 
 __all__ = ["Record", "Stats", "DeviceUsage", "from_origin",
            "RECORD_LEVELS", "Tally", "tally_of"]
@@ -55,6 +59,8 @@ class Record:
     #: the key of the source whose build made the binary and log, when not this one (REKEYED,
     #: and HITs of a rekeyed entry): the log's line numbers are that source's
     rekeyed_from: str = ""
+    #: what the compiler made of each kernel (``None``: not known); kept in the saved entry
+    facts: Mapping[str, KernelFacts] | None = None
 
     @property
     def fingerprint(self) -> str:
@@ -77,7 +83,8 @@ class Record:
             device_version=d.device_version, platform_version=d.platform_version,
             source_bytes=self.source_bytes, build_ms=round(self.build_ms, 3), created=self.time,
             build_log=self.build_log, headers=list(self.headers), origin=self.origin,
-            code_key=self.code_key, rekeyed_from=self.rekeyed_from)
+            code_key=self.code_key, rekeyed_from=self.rekeyed_from,
+            kernel_facts=None if self.facts is None else facts_to_json(self.facts))
 
 
 def from_origin(origin: str, wanted: str | None) -> bool:

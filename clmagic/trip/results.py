@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 import pyopencl as cl
 
 from clmagic.key.options import BuildOptions
+from clmagic.opencl.code import CodeView, code_of
+from clmagic.opencl.facts import KernelFacts, gather
 from clmagic.outcome import Outcome
 from clmagic.trip.records import Record
 from clmagic.trip.background import Pending
@@ -52,6 +54,32 @@ class BuildResult:
     def latest(self) -> Record:
         """The trip's record as it stands now (``saving`` while the save runs): no waiting."""
         return self.pending.value if self.pending is not None else self.record
+
+    @property
+    def kernel_info(self) -> dict[str, KernelFacts]:
+        """What the compiler made of each kernel for this device, by name
+        (:class:`~clmagic.opencl.facts.KernelFacts`: work-group sizes, local and private
+        memory, arguments; registers and spills on NVIDIA with ``-cl-nv-verbose``), ``None``
+        in each figure the driver does not give. Gathered at the build and kept in the entry,
+        so a HIT shows the MISS's; for an entry saved before clmagic kept them, asked of the
+        driver now (with the ptxas figures of the stored log, if any)."""
+        facts = self.record.facts
+        if facts is None:
+            facts = gather(self.kernels, self.queue.device, self.record.build_log)
+        return dict(facts)
+
+    @property
+    def code(self) -> CodeView:
+        """The compiled code for this device where the driver's binary is readable (NVIDIA's
+        PTX), else what the binary is (:func:`clmagic.opencl.code.code_of`)."""
+        return code_of(self.program, self.queue.device)
+
+    @property
+    def ptx(self) -> str | None:
+        """NVIDIA's PTX of the program, ``None`` on drivers whose binary is not PTX (then
+        :attr:`code` says what it is: POCL's poclbin archive, Oclgrind's LLVM bitcode, ...)."""
+        view = self.code
+        return view.text if view.kind == "PTX" else None
 
     def __getitem__(self, name: str) -> cl.Kernel:
         return self.kernels[name]

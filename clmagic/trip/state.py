@@ -34,6 +34,7 @@ from clmagic.key.options import BuildOptions
 from clmagic.key.prepare import Options, Prepared, prepare
 from clmagic.opencl import driver, vet
 from clmagic.opencl.devices import DeviceInfo
+from clmagic.opencl.facts import facts_from_json, gather
 from clmagic.store import Store
 from clmagic.store.lifetime import Counters
 from clmagic.trip.background import HitCounter, Pending, Saver, wait_everywhere
@@ -277,7 +278,8 @@ class TripState:
             raise CorruptEntry(f"the driver refused the stored binary: {exc}") from None
         return dataclasses.replace(built, build_ms=entries[0].build_ms,
                                    log=entries[0].meta.build_log,
-                                   log_from=entries[0].meta.rekeyed_from)
+                                   log_from=entries[0].meta.rekeyed_from,
+                                   facts=facts_from_json(entries[0].meta.kernel_facts))
 
     @staticmethod
     def compile(ctx: cl.Context, devs: list[cl.Device], label: str, prep: Prepared,
@@ -286,10 +288,14 @@ class TripState:
         if not strip_comments(prep.source).strip():  # checked here: a cached source has code
             raise ClmagicError("the source holds only comments: nothing to compile")
         try:
-            return driver.from_source(ctx, devs, prep.source, prep.opts.effective, kernels)
+            built = driver.from_source(ctx, devs, prep.source, prep.opts.effective, kernels)
         except driver.BuildFailed as exc:
             raise BuildError(exc.log, options=prep.opts.effective, device=label,
                              line_offset=line_offset) from None
+        if not (kernels and len(devs) == 1):  # the facts are one device's, of kernels made
+            return built
+        # asked now, once (well under a ms), and kept in the entry: a HIT asks nothing
+        return dataclasses.replace(built, facts=gather(built.kernels, devs[0], built.log))
 
     # -- records, the history, the counters -----------------------------------------------------
 
@@ -306,7 +312,7 @@ class TripState:
             source_bytes=len(prep.src), headers=prep.headers,
             build_log=built.log if log is None else log, line_offset=line_offset,
             saved_to_store=saved, note=note, origin=origin, code_key=code_key or "",
-            rekeyed_from=built.log_from, setup_ms=setup_ms)
+            rekeyed_from=built.log_from, setup_ms=setup_ms, facts=built.facts)
 
     def keep_records(self, recs: Sequence[Record]) -> list[Record | None]:
         """Add the records to the history; each as the history keeps it (``None`` when it keeps
