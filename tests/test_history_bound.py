@@ -15,7 +15,6 @@ from conftest import SAXPY
 import clmagic
 from clmagic import _memo
 from clmagic.config import DEFAULT_HISTORY_MAX, Settings
-from clmagic.process import session as _session
 from clmagic.show.cache import stats_html, stats_text
 
 
@@ -25,9 +24,10 @@ def small_history(monkeypatch, cache_dir, pocl):
     monkeypatch.setenv("CLMAGIC_CACHE_DIR", str(cache_dir))
     monkeypatch.setenv("CLMAGIC_DEVICE", pocl)
     monkeypatch.setenv("CLMAGIC_HISTORY_MAX", "50")
-    monkeypatch.setattr(_session, "_compiler", None)
-    yield clmagic.get_compiler()
-    _session.get_compiler().flush()
+    compiler = clmagic.reset()  # the process-wide compiler, from these variables
+    assert clmagic.get_compiler() is compiler
+    yield compiler
+    clmagic.get_compiler().flush()
 
 
 def test_the_setting_is_read_with_a_sensible_default_and_a_bad_value_warned(capsys):
@@ -79,6 +79,11 @@ def test_a_new_generation_carries_the_history_and_its_dropped_count(small_histor
     now = clmagic.get_compiler()
     assert now is not small_history
     assert len(now.history.records) == 50 and now.history.dropped == 10
+    monkeypatch.setenv("CLMAGIC_HISTORY_MAX", "20")  # watched too: the newest 20 go on
+    smaller = clmagic.get_compiler()
+    assert smaller is not now and smaller.history.limit == 20
+    assert smaller.history.records == now.history.records[-20:]
+    assert smaller.history.dropped == 40
 
 
 def test_twenty_thousand_memory_hits_do_not_grow_the_process(small_history):

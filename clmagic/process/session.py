@@ -24,7 +24,8 @@ __all__ = ["get_compiler", "reset", "or_default", "use", "Using", "WATCHED"]
 #: the variables whose change starts a new generation (read on every use: a few µs)
 WATCHED = ("CLMAGIC_CACHE_DIR", "CLMAGIC_REMOTE", "CLMAGIC_REMOTE_TTL", "CLMAGIC_CACHE_TRUST",
            "CLMAGIC_RECORD", "CLMAGIC_CACHE_DEBUG", "CLMAGIC_DEVICE", "PYOPENCL_CTX",
-           "CLMAGIC_CACHE_MAX_SIZE", "CLMAGIC_MEMORY_MAX")
+           "CLMAGIC_CACHE_MAX_SIZE", "CLMAGIC_MEMORY_MAX",
+           "CLMAGIC_HISTORY_MAX")
 
 _compiler: Compiler | None = None
 _seen: tuple[object, ...] = ()
