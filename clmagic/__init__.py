@@ -32,6 +32,9 @@ if TYPE_CHECKING:
     from clmagic.trip.records import Stats
     from clmagic.store import DirectoryStore, LayeredStore, RedisStore, SQLiteStore, Store, open_store
     from clmagic.show.widget import CacheWidget
+    from clmagic.opencl.facts import ArgFacts, KernelFacts
+    from clmagic.opencl.timing import Timing, time_kernel
+    from clmagic.show.sweep import kernels_frame, plot_sweep, sweep
 
 # The public names, each with the module that defines it: the one list (``__all__`` is drawn from
 # it, and ``tests/test_public.py`` checks the imports above, which are for the type checker only,
@@ -53,6 +56,9 @@ _LAZY = {
     **dict.fromkeys(("cache_frame", "history_frame"), "show.frames"),
     "plot_history": "show.plot",
     "CacheWidget": "show.widget",
+    **dict.fromkeys(("KernelFacts", "ArgFacts"), "opencl.facts"),
+    **dict.fromkeys(("time_kernel", "Timing"), "opencl.timing"),
+    **dict.fromkeys(("sweep", "plot_sweep", "kernels_frame"), "show.sweep"),
     **dict.fromkeys(("export_bundle", "import_bundle", "BundleReport", "ImportReport"),
                     "cache.bundle"),
     **dict.fromkeys(("cache_info", "CacheInfo", "clear_cache", "Removed", "stats"),

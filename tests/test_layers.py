@@ -41,13 +41,16 @@ DRAWING = {
     "pandas": {
         "clmagic.show.frames",  # the cache and history DataFrames
         "clmagic.cli.commands",  # ``clmagic ls`` / ``config`` print their tables with it
+        "clmagic.show.sweep",  # the sweep's and the kernel facts' DataFrames
     },
     "ipywidgets": {"clmagic.show.widget"},  # the cache panel
     "matplotlib": {
         "clmagic.show.plot",  # plot_history
         "clmagic.show.widget",  # the panel's plot tab
+        "clmagic.show.sweep",  # plot_sweep
     },
-    "tqdm": {"clmagic.cli.commands"},  # ``clmagic warm``'s progress bar on a terminal
+    "tqdm": {"clmagic.cli.commands",  # ``clmagic warm``'s progress bar on a terminal
+             "clmagic.show.sweep"},  # a sweep's progress bar (tqdm.auto: a widget in a notebook)
 }
 
 

@@ -1,0 +1,156 @@
+"""A sweep as a person reads it: :func:`sweep` (the DataFrame, with a progress bar while it
+runs), :func:`sweep_frame` and :func:`plot_sweep`; the kernel facts as a DataFrame of the
+stored entries (:func:`kernels_frame`).
+
+pandas, tqdm and matplotlib are imported here only, when a frame, a bar or a plot is asked for
+(the sweep itself is :mod:`clmagic.cache.sweep`'s, plain data).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+from clmagic.cache.sweep import SweepRun, sweep_run
+from clmagic.opencl.facts import FACT_FIELDS, KernelFacts, facts_from_json
+from clmagic.process.session import or_default
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from matplotlib.axes import Axes
+
+    from clmagic.trip.compiler import Compiler
+    from clmagic.trip.results import BuildResult
+
+__all__ = ["sweep", "sweep_frame", "plot_sweep", "kernels_frame", "FACT_COLUMNS"]
+
+#: the kernel figures a sweep's and the kernels' frames show, in this order
+FACT_COLUMNS = ("registers", "spills", "shared_mem", "work_group_size", "preferred_multiple",
+                "local_mem", "private_mem")
+
+
+def _facts_row(f: KernelFacts | None) -> dict[str, object]:
+    return {c: (getattr(f, c) if f is not None else None) for c in FACT_COLUMNS}
+
+
+def sweep_frame(run: SweepRun) -> pd.DataFrame:
+    """One row per variant: its parameters, ``outcome``, ``build_ms``, ``error``, the timed
+    kernel's facts and the launch times (µs); ``attrs``: ``best`` (the best variant's
+    parameters, or ``None``), ``best_options``, ``kernel``, ``interrupted``, ``results``."""
+    import pandas as pd
+
+    rows = [{**v.params, "outcome": v.outcome, "build_ms": v.build_ms, "error": v.error,
+             **_facts_row(v.facts), "median_us": v.median_us, "min_us": v.min_us,
+             "spread_us": v.spread_us, "resumed": v.resumed, "options": v.options}
+            for v in run.variants]
+    df = pd.DataFrame(rows)
+    for c in FACT_COLUMNS:
+        df[c] = df[c].astype("Int64")
+    best = run.variants[run.best] if run.best is not None else None
+    df.attrs.update(best=dict(best.params) if best else None,
+                    best_options=best.options if best else None, kernel=run.kernel,
+                    interrupted=run.interrupted,
+                    results=str(run.results) if run.results else None)
+    return df
+
+
+@contextmanager
+def _bar(total: int, show: bool) -> Iterator[Callable[[str, str], None] | None]:
+    """A tqdm bar over builds and launches (``tqdm.auto``: a widget in a notebook)."""
+    if not show:
+        yield None
+        return
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=total, desc="sweep", unit="step", leave=False)
+    try:
+        def step(label: str, what: str) -> None:
+            bar.set_postfix_str(f"{label} {what}", refresh=False)
+            bar.update(1)
+
+        yield step
+    finally:
+        bar.close()
+
+
+def sweep(source: str, params: Mapping[str, Sequence[object]],
+          run: Callable[[BuildResult], object] | None = None, *, options: str = "",
+          device: object = None, kernel: str | None = None, jobs: int | None = None,
+          compiler: Compiler | None = None, label: str = "", fresh: bool = False,
+          progress: bool = True) -> pd.DataFrame:
+    """Build every ``-D`` variant of ``source`` over ``params`` through the cache in parallel
+    processes, time each with ``run(result)`` (return :func:`clmagic.time_kernel`'s timing or
+    µs), and return the DataFrame (:func:`sweep_frame`); ``df.attrs["best"]`` names the best
+    variant and ``df.attrs["best_result"]`` is its build result (kernels ready). A re-run
+    is all HITs and times only what a stopped sweep had not (see :mod:`clmagic.cache.sweep`)."""
+    n = 1
+    for values in params.values():
+        n *= max(len(values), 1)
+    with _bar(n * (2 if run is not None else 1), progress) as step:
+        done = sweep_run(source, params, run, options=options, device=device, kernel=kernel,
+                         jobs=jobs, compiler=compiler, label=label, fresh=fresh, progress=step)
+    df = sweep_frame(done)
+    df.attrs["best_result"] = done.best_result
+    return df
+
+
+def plot_sweep(df: pd.DataFrame, ax: Axes | None = None) -> Axes:
+    """The median launch time of each variant (min to median as a bar, the spread as an error
+    bar), the best one marked; variants that failed or were not timed are left out."""
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(7, 3.2))
+    timed = df[df["median_us"].notna()]
+    names = [c for c in df.columns if c not in _NOT_PARAMS]
+    labels = [" ".join(f"{c}={row[c]}" for c in names) for _, row in timed.iterrows()]
+    best = df.attrs.get("best")
+    colours = ["#1e8449" if best and all(str(row[c]) == str(best[c]) for c in names)
+               else "#2471a3" for _, row in timed.iterrows()]
+    ax.bar(range(len(timed)), timed["median_us"], yerr=timed["spread_us"].fillna(0) / 2,
+           color=colours, capsize=3)
+    ax.set_xticks(range(len(timed)), labels, rotation=30, ha="right", fontsize=8)
+    ax.set_ylabel("launch, median µs")
+    failed = int((df["outcome"] == "FAILED").sum())
+    ax.set_title(f"sweep of {len(df)} variants" + (f" ({failed} failed to build)" if failed
+                                                  else ""), fontsize=10)
+    figure = ax.get_figure()
+    if figure is not None and hasattr(figure, "tight_layout"):  # not a SubFigure
+        figure.tight_layout()
+    return ax
+
+
+_NOT_PARAMS = frozenset({"outcome", "build_ms", "error", *FACT_COLUMNS, "median_us", "min_us",
+                         "spread_us", "resumed", "options"})
+
+
+def kernels_frame(device: object = None, compiler: Compiler | None = None) -> pd.DataFrame:
+    """One row per kernel of every stored entry (of one device with ``device``): the entry's
+    key, device and options, the kernel's name and its facts (``<NA>`` where the driver did
+    not say, or the entry was saved before clmagic kept facts)."""
+    import pandas as pd
+
+    from clmagic.cache.manage import device_fingerprints
+
+    c = or_default(compiler)
+    store = c.store
+    fingerprints = device_fingerprints(device) if device is not None else None
+    rows: list[dict[str, Any]] = []
+    for entry in store.entries() if store is not None else ():
+        if fingerprints is not None and entry.fingerprint not in fingerprints:
+            continue
+        facts = facts_from_json(entry.meta.kernel_facts) or {}
+        for name in entry.meta.kernels:
+            f = facts.get(name)
+            rows.append({"kernel": name, "key": entry.key, "device": entry.meta.device,
+                         "options": entry.meta.options,
+                         **{k: (getattr(f, k) if f is not None else None) for k in FACT_FIELDS},
+                         "args": (", ".join(a.name or "?" for a in f.args)
+                                  if f is not None and f.args else None)})
+    columns = ["kernel", "key", "device", "options", *FACT_FIELDS, "args"]
+    df = pd.DataFrame(rows, columns=columns)
+    for k in FACT_FIELDS:
+        if k != "compile_work_group_size":
+            df[k] = df[k].astype("Int64")
+    return df
