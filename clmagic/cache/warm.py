@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import os
 import signal
-from collections.abc import Callable, Iterable
+import sys
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
 from multiprocessing import get_context
@@ -145,6 +147,28 @@ def run_builds(settings: Settings, jobs: int, builds: list[Build],
     if not builds:
         return False, 0
     allow_to_children()  # the settings' team secret goes to the workers (and only there)
+    with _spawnable_main():
+        return _run_pool(settings, jobs, builds, done)
+
+
+@contextmanager
+def _spawnable_main() -> Iterator[None]:
+    """The spawn start method reads ``__main__.__spec__``, which IPython's user module (the
+    ``__main__`` of a shell and of a notebook's kernel) may lack: ``None`` meanwhile, which
+    spawn reads as "run nothing of the main module" (the workers need none of it)."""
+    main = sys.modules.get("__main__")
+    missing = main is not None and not hasattr(main, "__spec__")
+    if missing:
+        main.__spec__ = None  # type: ignore[union-attr]
+    try:
+        yield
+    finally:
+        if missing and getattr(main, "__spec__", 0) is None:
+            del main.__spec__  # type: ignore[union-attr]
+
+
+def _run_pool(settings: Settings, jobs: int, builds: list[Build],
+              done: Callable[[str, Outcome, str], None]) -> tuple[bool, int]:
     pool = ProcessPoolExecutor(max_workers=min(jobs, len(builds)),
                                mp_context=get_context("spawn"), initializer=_init,
                                initargs=(settings,))

@@ -41,6 +41,12 @@ def _frame(m: Host, a: Namespace) -> object:
     return cache_frame(a.device, compiler=m.compiler, origin=a.origin)
 
 
+def _kernels(m: Host, a: Namespace) -> object:
+    from clmagic.show.sweep import kernels_frame
+
+    return kernels_frame(a.device, compiler=m.compiler)
+
+
 def _stats(m: Host, a: Namespace) -> object:
     from clmagic.cache import manage
 
@@ -130,6 +136,7 @@ CLCACHE: dict[str | None, Subcommand] = {
                             misuse="%clcache uninstall takes no arguments"),
     "use": Subcommand(_use, frozenset({"keys"}), "usage: %clcache use PATH (a folder, a .db "
                       "file, a redis:// URL, or off)", needs_path=True),
+    "kernels": Subcommand(_kernels, frozenset({"device"})),
 }
 
 
@@ -149,5 +156,6 @@ def run_clcache(m: Host, args: Namespace) -> object:
     if extra & {"keys", "older_than", "remote"}:
         raise OptionsError("KEY_PREFIX, --older-than and --remote go with %clcache clear only")
     if extra:
-        raise OptionsError("--device goes with %clcache (the DataFrame), clear and export")
+        raise OptionsError("--device goes with %clcache (the DataFrame), clear, export and "
+                           "kernels")
     return sub.run(m, args)

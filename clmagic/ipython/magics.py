@@ -27,7 +27,7 @@ __all__ = ["CLMagics", "split_opts", "CLCACHE_COMMANDS"]
 #: ``%clcache``'s subcommands, in the order ``%clcache?`` lists them (those of
 #: :data:`clmagic.ipython.clcache.CLCACHE`, which is loaded by the first ``%clcache``)
 CLCACHE_COMMANDS = ("stats", "history", "info", "clear", "widget", "export", "import", "install",
-                    "uninstall", "use")
+                    "uninstall", "use", "kernels")
 
 
 @magics_class
@@ -174,10 +174,20 @@ class CLMagics(Magics):
     @argument("--name", "-n", metavar="VAR", help="Also bind the built cl.Program to VAR.")
     @argument("--no-cache", action="store_true", help="Build with the driver; read/write no cache.")
     @argument("--quiet", "-q", action="store_true", help="Print nothing when the build succeeds.")
+    @argument("--show", choices=["ptx"],
+              help="ptx: the compiled code under the cell (NVIDIA's PTX; elsewhere what the "
+                   "driver's binary is).")
+    @argument("--sweep", action="append", metavar="NAME=V1,V2",
+              help="Build every variant over -DNAME=V (repeat for more names) through the "
+                   "cache in parallel, time each with --run, bind the best; the cell's value "
+                   "is the DataFrame.")
+    @argument("--run", metavar="FUNC",
+              help="--sweep: the launch, a function of the namespace taking the build result "
+                   "and returning clmagic.time_kernel(...) (or µs).")
     @argument("--opts", metavar="OPTIONS...",
               help="Build options, to the end of the line (-O0…-O3 are mapped for the driver).")
     @cell_magic
-    def clkernel(self, line: str, cell: str) -> None:
+    def clkernel(self, line: str, cell: str) -> object:
         """Compile the cell's OpenCL C through clmagic's binary cache.
 
         Every kernel of the program is bound under its own name, with ``cl_ctx`` and
@@ -197,6 +207,8 @@ class CLMagics(Magics):
         if not cell.strip():
             raise OptionsError("empty cell: write OpenCL C below the %%clkernel line")
         info, dev = self.compiler.resolve(args.device)
+        if args.sweep or args.run:
+            return self._sweep(args, cell, opts, info)
         result = self.compiler.build(
             cell, opts, info, context=self._user_context(dev), use_cache=not args.no_cache,
             line_offset=1,
@@ -208,8 +220,39 @@ class CLMagics(Magics):
             warn("the cell compiled but defines no __kernel function: nothing bound")
         if not (args.quiet or self.quiet):
             self._show(result)
+        if args.show:
+            from clmagic.ipython.tuning import show_code
+
+            show_code(result)
         if moved:  # said even with --quiet: the user's buffers no longer fit
             print(moved)
+        return None
+
+    def _sweep(self, args: Any, cell: str, opts: str | None, info: object) -> object:
+        """``--sweep``: every variant through the cache, timed with ``--run``; the best
+        variant's kernels bound (:mod:`clmagic.ipython.tuning`)."""
+        from clmagic.ipython.tuning import parse_sweeps, run_sweep
+
+        if not args.sweep:
+            raise OptionsError("--run goes with --sweep NAME=V1,V2")
+        moved: list[str] = []
+        df = run_sweep(self._namespace, self.compiler, cell, parse_sweeps(args.sweep),
+                       opts or "", info, args.run,
+                       lambda best: moved.append(self._bind(best, args.name)))
+        if moved and moved[0]:
+            print(moved[0])
+        return df
+
+    @line_magic
+    def cltime(self, line: str) -> object:
+        """Time a kernel launch with OpenCL profiling events (:func:`clmagic.time_kernel`).
+
+        ``%cltime [-r REPEATS] KERNEL(QUEUE, GLOBAL_SIZE, LOCAL_SIZE, *ARGS)``, written as the
+        kernel is called; its median, min and spread in µs (``t = %cltime ...`` keeps them).
+        """
+        from clmagic.ipython.tuning import cltime
+
+        return cltime(self._namespace, line)
 
     def _show(self, result: BuildResult) -> None:
         """The result line under the cell, as ``display(result)`` shows it: its text and HTML
@@ -228,7 +271,7 @@ class CLMagics(Magics):
     @magic_arguments()
     @argument("command", nargs="?", metavar="COMMAND", choices=CLCACHE_COMMANDS,
               help="stats | history | info | clear | widget | export | import | install | "
-                   "uninstall | use (none: the entries as a DataFrame).")
+                   "uninstall | use | kernels (none: the entries as a DataFrame).")
     @argument("keys", nargs="*", metavar="KEY_PREFIX",
               help="clear: only entries whose key starts with one of these (hex); "
                    "export/import: the bundle's PATH; use: the store's PATH.")
@@ -264,6 +307,10 @@ class CLMagics(Magics):
                                      none is), from disk and memory; says how many and bytes;
                                      the team's shared store only with ``--remote``
         ``%clcache widget``          the panel: choose the device, view and clear its entries
+        ``%clcache kernels [--device SPEC]``
+                                     every stored kernel's facts as a DataFrame (registers and
+                                     spills on NVIDIA with -cl-nv-verbose, work-group sizes,
+                                     local and private memory, argument names)
         ``%clcache export PATH [--device SPEC]``
                                      write the cache (or one device's part) to a bundle file
         ``%clcache import PATH``     add a bundle's entries, never overwriting local ones

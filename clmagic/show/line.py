@@ -3,8 +3,8 @@ rendering shares; the renderings of the cache (statistics, clears, the panel, bu
 :mod:`clmagic.show.cache`'s, the plain formats (durations, sizes, keys, device names, a log's
 locations) :mod:`clmagic._format`'s, on the ground floor, because layers below need them too.
 
-It imports nothing of clmagic at run time but those formats (the types below are for the checker
-only): a build result gets its line from here through :mod:`clmagic.show.views`, and the build
+It imports nothing of clmagic at run time but those formats and :mod:`clmagic.show.facts` (the
+types below are for the checker only): a build result gets its line from here through :mod:`clmagic.show.views`, and the build
 trip never imports a renderer.
 """
 
@@ -15,6 +15,7 @@ import re
 from typing import TYPE_CHECKING
 
 from clmagic._format import count_of, fmt_ms, map_log_lines
+from clmagic.show.facts import facts_html
 
 if TYPE_CHECKING:
     from clmagic.trip.results import BuildResult
@@ -149,7 +150,8 @@ def _html(r: BuildResult, parts: list[str]) -> str:
         summary = html.escape(_log_summary(r))
         log = (f'<details class="clmagic-log"><summary>{summary}</summary>'
                f"<pre>{html.escape(shown_log(r))}</pre></details>")
+    facts = facts_html(r.record.facts or {})  # kept with the trip: no driver query here
     return (
         f'<div class="clmagic-result" data-outcome="{word}" title="key {r.key}" '
-        f'style="font-family:monospace;font-size:90%">{badge} {body}{log}</div>'
+        f'style="font-family:monospace;font-size:90%">{badge} {body}{log}{facts}</div>'
     )

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from clmagic.trip.compiler import Compiler
     from clmagic.trip.results import BuildResult
 
-__all__ = ["sweep", "sweep_frame", "plot_sweep", "kernels_frame", "FACT_COLUMNS"]
+__all__ = ["sweep", "sweep_with_bar", "sweep_frame", "plot_sweep", "kernels_frame", "FACT_COLUMNS"]
 
 #: the kernel figures a sweep's and the kernels' frames show, in this order
 FACT_COLUMNS = ("registers", "spills", "shared_mem", "work_group_size", "preferred_multiple",
@@ -81,18 +81,26 @@ def sweep(source: str, params: Mapping[str, Sequence[object]],
           progress: bool = True) -> pd.DataFrame:
     """Build every ``-D`` variant of ``source`` over ``params`` through the cache in parallel
     processes, time each with ``run(result)`` (return :func:`clmagic.time_kernel`'s timing or
-    µs), and return the DataFrame (:func:`sweep_frame`); ``df.attrs["best"]`` names the best
-    variant and ``df.attrs["best_result"]`` is its build result (kernels ready). A re-run
-    is all HITs and times only what a stopped sweep had not (see :mod:`clmagic.cache.sweep`)."""
+    µs), and return the DataFrame (:func:`sweep_frame`); ``df.attrs["best_options"]`` are the
+    best variant's options (``clmagic.build(source, df.attrs["best_options"])`` is then a
+    memory hit with its kernels). A re-run is all HITs and times only what a stopped sweep had
+    not (see :mod:`clmagic.cache.sweep`)."""
+    done = sweep_with_bar(source, params, run, options=options, device=device, kernel=kernel,
+                          jobs=jobs, compiler=compiler, label=label, fresh=fresh,
+                          progress=progress)
+    return sweep_frame(done)
+
+
+def sweep_with_bar(source: str, params: Mapping[str, Sequence[object]],
+                   run: Callable[[BuildResult], object] | None = None, *,
+                   progress: bool = True, **kwargs: Any) -> SweepRun:
+    """:func:`clmagic.cache.sweep.sweep_run` with a progress bar (the magic binds the best
+    variant's kernels from the run)."""
     n = 1
     for values in params.values():
         n *= max(len(values), 1)
     with _bar(n * (2 if run is not None else 1), progress) as step:
-        done = sweep_run(source, params, run, options=options, device=device, kernel=kernel,
-                         jobs=jobs, compiler=compiler, label=label, fresh=fresh, progress=step)
-    df = sweep_frame(done)
-    df.attrs["best_result"] = done.best_result
-    return df
+        return sweep_run(source, params, run, progress=step, **kwargs)
 
 
 def plot_sweep(df: pd.DataFrame, ax: Axes | None = None) -> Axes:

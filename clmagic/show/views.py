@@ -37,6 +37,7 @@ VIEWS: dict[tuple[str, str], tuple[str, str, str]] = {
     ("clmagic.cache.bundle", "BundleReport"): ("cache", "export_text", "export_html"),
     ("clmagic.cache.bundle", "ImportReport"): ("cache", "import_text", "import_html"),
     ("clmagic.cache.warm", "WarmReport"): ("cache", "warm_text", "warm_html"),
+    ("clmagic.opencl.timing", "Timing"): ("facts", "timing_text", "timing_html"),
 }
 
 _FORMATS = ("text/plain", "text/html")

@@ -1,0 +1,98 @@
+"""The magics' tuning parts: ``%%clkernel --sweep NAME=V1,V2 --run FUNC`` (a sweep through the
+cache, the best variant's kernels bound), ``%%clkernel --show ptx`` (the compiled code under
+the cell) and ``%cltime`` (a launch timed with profiling events). Apart from
+:mod:`clmagic.ipython.magics` so that ``%load_ext`` imports none of it."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from clmagic.errors import OptionsError
+
+if TYPE_CHECKING:
+    from clmagic.trip.compiler import BuildResult, Compiler
+
+__all__ = ["parse_sweeps", "run_sweep", "show_code", "cltime", "CLTIME_USAGE"]
+
+CLTIME_USAGE = ("usage: %cltime [-r REPEATS] KERNEL(QUEUE, GLOBAL_SIZE, LOCAL_SIZE, *ARGS), "
+                "as the kernel is called: %cltime saxpy(cl_queue, (n,), None, a, x_buf, y_buf)")
+
+
+def parse_sweeps(specs: list[str]) -> dict[str, list[str]]:
+    """``["TILE=8,16", "VEC=1,2"]`` → ``{"TILE": ["8", "16"], "VEC": ["1", "2"]}``."""
+    params: dict[str, list[str]] = {}
+    for spec in specs:
+        name, sep, values = spec.partition("=")
+        vals = [v.strip() for v in values.split(",") if v.strip()]
+        if not sep or not name.strip().isidentifier() or not vals:
+            raise OptionsError(f"--sweep {spec!r}: write NAME=V1,V2,... (e.g. --sweep TILE=8,16)")
+        if name.strip() in params:
+            raise OptionsError(f"--sweep {name.strip()} given twice")
+        params[name.strip()] = vals
+    return params
+
+
+def run_sweep(ns: dict[str, Any], compiler: Compiler, cell: str, params: Mapping[str, list[str]],
+              options: str, device: object, run_name: str | None,
+              bind: Callable[[BuildResult], object]) -> object:
+    """Run the sweep; bind the best variant's kernels (``bind``) and return the DataFrame
+    (the cell's output, ``_`` after it)."""
+    from clmagic.show.sweep import sweep_frame, sweep_with_bar
+
+    run = None
+    if run_name is not None:
+        run = ns.get(run_name)
+        if not callable(run):
+            raise OptionsError(f"--run {run_name}: no function of that name in the namespace "
+                               "(def it in a cell above: it takes the build result and returns "
+                               "clmagic.time_kernel(...))")
+    done = sweep_with_bar(cell, params, run, options=options, device=device,
+                          compiler=compiler)
+    df = sweep_frame(done)
+    if done.best_result is not None:
+        bind(done.best_result)
+        print(f"best: {df.attrs['best_options']} (its kernels are bound)")
+    elif run is None:
+        print("no --run: every variant built, none timed, nothing bound")
+    return df
+
+
+def show_code(result: BuildResult) -> None:
+    """The compiled code under the cell (PTX on NVIDIA), or what the driver's binary is."""
+    from IPython.display import HTML, display
+
+    from clmagic.show.facts import code_html
+
+    display(HTML(code_html(result.code)))  # type: ignore[no-untyped-call]
+
+
+def _call(line: str) -> tuple[int, ast.Call]:
+    words = line.split()
+    repeats = 20
+    if len(words) >= 2 and words[0] in ("-r", "--repeats"):
+        try:
+            repeats = int(words[1])
+        except ValueError:
+            raise OptionsError(CLTIME_USAGE) from None
+        line = line.split(None, 2)[2] if len(words) > 2 else ""
+    try:
+        tree = ast.parse(line.strip(), mode="eval")
+    except SyntaxError:
+        raise OptionsError(CLTIME_USAGE) from None
+    if not isinstance(tree.body, ast.Call) or len(tree.body.args) < 3 or tree.body.keywords:
+        raise OptionsError(CLTIME_USAGE)
+    return repeats, tree.body
+
+
+def cltime(ns: dict[str, Any], line: str) -> object:
+    """``%cltime saxpy(cl_queue, (n,), None, a, x, y)``: the launch timed
+    (:func:`clmagic.time_kernel`), returned (its text is the cell's output)."""
+    from clmagic.opencl.timing import time_kernel
+
+    repeats, call = _call(line)
+    values = [eval(compile(ast.Expression(n), "<%cltime>", "eval"), ns)  # noqa: S307
+              for n in (call.func, *call.args)]
+    kernel, queue, global_size, local_size, *args = values
+    return time_kernel(kernel, queue, global_size, local_size, *args, repeats=repeats)
