@@ -39,7 +39,6 @@ import pyopencl as cl
 
 from clmagic._fork import after_fork
 from clmagic.opencl.facts import KernelFacts
-
 from clmagic.opencl import pyopencl_program
 
 __all__ = ["Built", "BuildFailed", "from_source", "from_binaries", "binary_of", "build_log",

@@ -376,3 +376,11 @@ class TripState:
         self.changed()
         return BuildResult(built.program, built.kernels, trip.ctx, trip.queue, trip.prep.opts,
                            rec, pending)
+
+
+def _after_fork() -> None:
+    for state in list(_STATES):
+        state.reset_after_fork()
+
+
+after_fork(_after_fork)
