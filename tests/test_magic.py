@@ -30,10 +30,12 @@ def outcome_line(cap) -> str:
 HEAVY = ("pandas", "ipywidgets", "matplotlib", "tqdm", "sqlite3", "_sqlite3", "redis", "pyopencl",
          "numpy", "hashlib", "_hashlib", "difflib", "pytools")
 #: the clmagic modules registering the magics needs (nothing else of clmagic): the errors (with
-#: the plain formats a build log is shown in), the magic line, and the table of views by type
-#: name (``show.views``, which imports none of the types nor their renderers)
+#: the plain formats a build log is shown in), the magic line, the typed fronts of IPython's
+#: decorators, and the table of views by type name (``show.views``, which imports none of the
+#: types nor their renderers)
 AT_LOAD = ["clmagic", "clmagic._format", "clmagic._version", "clmagic.errors", "clmagic.ipython",
-           "clmagic.ipython.line", "clmagic.ipython.magics", "clmagic.show", "clmagic.show.views"]
+           "clmagic.ipython.line", "clmagic.ipython.magics", "clmagic.ipython.typed",
+           "clmagic.show", "clmagic.show.views"]
 
 
 @pytest.mark.parametrize("store", ["folder", "cache.db", "redis://127.0.0.1:9/0"])

@@ -9,9 +9,9 @@ from collections import OrderedDict
 from collections.abc import Callable
 
 from IPython.core.error import UsageError
-from IPython.core.magic_arguments import parse_argstring
 
 from clmagic.errors import OptionsError
+from clmagic.ipython.typed import options_of, parse_argstring, parser_of
 
 __all__ = ["split_opts", "misspelt_option", "parse_line"]
 
@@ -52,17 +52,17 @@ def split_opts(line: str) -> tuple[str, str | None]:
     return line[: m.start()], opts
 
 
-def misspelt_option(rest: str, parser: ArgumentParser) -> str | None:
+def misspelt_option(rest: str, magic: Callable[..., object]) -> str | None:
     """``--opt is not an option of %%clkernel; did you mean --opts?`` for the first word that
-    looks like an option, is none of ``parser``'s, and is close to one of them (argparse would
+    looks like an option, is none of ``magic``'s, and is close to one of them (argparse would
     take ``--opt`` for ``--opts`` and complain about its value instead)."""
-    actions = parser._option_string_actions
-    longs = [o for o in actions if o.startswith("--") and o != "--help"]
+    options = options_of(magic)  # option string → whether it takes a value
+    longs = [o for o in options if o.startswith("--") and o != "--help"]
     words = iter(rest.split())
     for word in words:
         name = word.split("=", 1)[0]
-        if name in actions:
-            if actions[name].nargs != 0 and "=" not in word:
+        if name in options:
+            if options[name] and "=" not in word:
                 next(words, None)  # its value
             continue
         if word.startswith("-"):
@@ -71,7 +71,7 @@ def misspelt_option(rest: str, parser: ArgumentParser) -> str | None:
             close = difflib.get_close_matches(name.lstrip("-"), [o[2:] for o in longs], n=1,
                                               cutoff=0.7)
             if close:
-                return (f"{name} is not an option of %%{parser.prog.split()[-1]}; "
+                return (f"{name} is not an option of %%{parser_of(magic).prog.split()[-1]}; "
                         f"did you mean --{close[0]}?")
     return None
 
@@ -80,12 +80,12 @@ def parse_line(magic: Callable[..., object], line: str) -> Namespace:
     """The magic's arguments, unquoted, or one :class:`OptionsError` line (argparse's usage
     errors, and unbalanced quotes, which ``shlex`` reports as ``ValueError``). A line read
     before is not read again: its arguments are copied."""
-    parser: ArgumentParser = getattr(magic, "parser")
+    parser = parser_of(magic)
     known = _read.get((parser, line))
     if known is not None:
         return _copy(known)
     try:
-        args: Namespace = parse_argstring(magic, line)
+        args = parse_argstring(magic, line)
     except UsageError as exc:
         raise OptionsError(str(exc)) from None
     except ValueError as exc:

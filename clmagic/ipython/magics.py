@@ -6,12 +6,12 @@ from __future__ import annotations
 import keyword
 from typing import TYPE_CHECKING, Any
 
-from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
-from IPython.core.magic_arguments import argument, magic_arguments
+from IPython.core.magic import Magics, magics_class
 from traitlets import Bool, Int, TraitError, Unicode, observe, validate
 
 from clmagic.errors import OptionsError
 from clmagic.ipython.line import misspelt_option, parse_line, split_opts
+from clmagic.ipython.typed import argument, cell_magic, display, line_magic, magic_arguments
 from clmagic.show import views
 
 if TYPE_CHECKING:
@@ -194,7 +194,7 @@ class CLMagics(Magics):
         ``cl_queue``; one line under the cell says HIT or MISS and the time taken.
         """
         rest, opts = split_opts(line)
-        typo = misspelt_option(rest, self.clkernel.parser)
+        typo = misspelt_option(rest, self.clkernel)
         if typo:
             raise OptionsError(typo)
         args = parse_line(self.clkernel, rest)
@@ -259,8 +259,6 @@ class CLMagics(Magics):
         made once and published as they are, without asking each of IPython's formatters (a
         shell that shows text only, or a formatter the user registered for build results, goes
         through ``display``)."""
-        from IPython.display import display
-
         if not views.shows(self.shell, type(result)):
             display(result)
             return
