@@ -7,7 +7,8 @@
    (``r.kernel_info``) beside the raw ptxas lines of the driver's build log, with a check that
    registers, spills and shared memory agree with those lines.
 2. Builds them again in a new compiler over the same cache (HIT): the facts must be the same.
-3. Shows the PTX (``r.ptx``): its first lines and its ``.entry`` names.
+3. Shows the PTX (``r.ptx``): its first lines and its ``.entry`` names (checked to be the
+   program's kernels).
 4. Sweeps a tiled matrix multiply over TS=8,16,32 and WPT=1,2,4 (work per item; one refused:
    TS=32 with WPT=4 is over the #if), timed with time_kernel and
    checked against numpy; runs it twice (MISS then all HITs, the timings resumed).
@@ -25,6 +26,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyopencl as cl
@@ -33,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import clmagic  # noqa: E402
 from clmagic.config import Settings  # noqa: E402
+from clmagic.opencl.code import ptx_entries  # noqa: E402
 from clmagic.opencl.ptxas import parse_ptxas, ptxas_lines  # noqa: E402
 
 KERNELS = """\
@@ -119,27 +122,18 @@ def launch(r: clmagic.BuildResult) -> clmagic.Timing:
     return t
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--device", default="nvidia")
-    ap.add_argument("--out", default=os.environ.get("OUT", "."))
-    args = ap.parse_args()
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    cache = tempfile.mkdtemp(prefix="clmagic-gpu-facts-")
-    settings = Settings.from_env({**os.environ, "CLMAGIC_CACHE_DIR": cache})
-    report: dict[str, object] = {"device": None, "checks": {}}
-    checks: dict[str, bool] = {}
-
+def facts_part(settings: Settings, device: str, report: dict[str, object],
+               checks: dict[str, bool]) -> tuple[str, clmagic.BuildResult]:
+    """Step 1: the two kernels built with -cl-nv-verbose (without it off NVIDIA), clmagic's
+    facts beside the ptxas lines; returns the options used and the MISS."""
     first = clmagic.Compiler(settings)
     opts = "-cl-nv-verbose -cl-nv-maxrregcount=32 -cl-kernel-arg-info"
     try:
-        miss = first.build(KERNELS, opts, args.device)
+        miss = first.build(KERNELS, opts, device)
     except clmagic.BuildError:  # not NVIDIA: the nv options are refused; the facts without them
         opts = ""
-        miss = first.build(KERNELS, opts, args.device)
-    report["device"] = miss.device.label
-    report["options"] = opts
+        miss = first.build(KERNELS, opts, device)
+    report["device"], report["options"] = miss.device.label, opts
     first.flush()
     print(f"{miss.outcome} {miss.device.label} options {opts!r}")
     print("ptxas lines of the build log:")
@@ -151,45 +145,90 @@ def main() -> int:
     report["ptxas_lines"], report["facts"] = lines, rows
     checks["facts agree with the ptxas lines"] = all(bool(r["agree"]) for r in rows)
     checks["registers known on NVIDIA"] = (not lines) or all(r["registers"] for r in rows)
+    return opts, miss
 
-    hit = clmagic.Compiler(settings).build(KERNELS, opts, args.device)
+
+def code_part(settings: Settings, device: str, opts: str, miss: clmagic.BuildResult,
+              report: dict[str, object], checks: dict[str, bool]) -> None:
+    """Steps 2 and 3: a HIT in a new compiler has the MISS's facts; the PTX's first lines and
+    its ``.entry`` names (every kernel of the program, none made up)."""
+    hit = clmagic.Compiler(settings).build(KERNELS, opts, device)
     checks["a HIT shows the MISS's facts"] = (hit.outcome == "HIT"
                                              and hit.kernel_info == miss.kernel_info)
     ptx = hit.ptx
+    entries = ptx_entries(ptx) if ptx else []
     report["code"] = {"kind": hit.code.kind, "note": hit.code.note,
-                      "head": ptx.splitlines()[:12] if ptx else None}
+                      "head": ptx.splitlines()[:12] if ptx else None, "entries": entries}
     print("compiled code:", hit.code.note)
+    if ptx:
+        print("\n".join("  " + ln for ln in ptx.splitlines()[:12]))
+        print("  .entry functions:", ", ".join(entries) or "(none found)")
+        checks["the PTX's .entry names are the kernels"] = sorted(entries) == sorted(
+            hit.kernel_info)
 
-    runs = []
+
+def sweep_part(settings: Settings, device: str, report: dict[str, object],
+               checks: dict[str, bool]) -> None:
+    """Step 4: the matmul sweep, twice (MISS, then all HITs with the timings resumed)."""
+    runs: list[dict[str, Any]] = []
     for attempt in ("first", "again"):
         t0 = time.perf_counter()
         df = clmagic.sweep(MATMUL, {"TS": [8, 16, 32], "WPT": [1, 2, 4]}, launch,
-                           device=args.device, compiler=clmagic.Compiler(settings),
+                           device=device, compiler=clmagic.Compiler(settings),
                            label=f"n={N}", progress=False)
         runs.append({"attempt": attempt, "seconds": round(time.perf_counter() - t0, 2),
                      "best": df.attrs["best"],
                      "rows": json.loads(df.drop(columns=["options"]).to_json(orient="records"))})
         print(f"sweep ({attempt}, {runs[-1]['seconds']} s):")
         print(df.drop(columns=["options"]).to_string())
-    ok = [r for r in runs[1]["rows"] if r["outcome"] != "FAILED"]
-    checks["sweep re-run all HITs"] = all(r["outcome"] == "HIT" for r in ok)
-    checks["one variant refused"] = sum(r["outcome"] == "FAILED" for r in runs[0]["rows"]) >= 1
+    first, again = runs[0]["rows"], runs[1]["rows"]
+    checks["sweep re-run all HITs"] = all(r["outcome"] == "HIT" for r in again
+                                          if r["outcome"] != "FAILED")
+    checks["one variant refused"] = sum(r["outcome"] == "FAILED" for r in first) >= 1
     report["sweeps"] = runs
-    report["checks"] = checks
-    (out / "gpu-facts.json").write_text(json.dumps(report, indent=1, default=str))
-    md = [f"# Kernel facts and a sweep on {report['device']}", "", f"options `{opts}`", "",
-          "## ptxas lines", "", "```", *lines, "```", "", "## clmagic's facts", "",
+
+
+def markdown(report: dict[str, Any], checks: dict[str, bool]) -> str:
+    """The report as a page (``gpu-facts.md``)."""
+    rows, code = report["facts"], report["code"]
+    md = [f"# Kernel facts and a sweep on {report['device']}", "",
+          f"options `{report['options']}`", "", "## ptxas lines", "", "```",
+          *report["ptxas_lines"], "```", "", "## clmagic's facts", "",
           "| kernel | regs | spills | smem | wg ≤ | ×mult | local | private | log regs | "
           "log spills | agree |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     md += [f"| {r['kernel']} | {r['registers']} | {r['spills']} | {r['shared_mem']} | "
            f"{r['work_group_size']} | {r['preferred_multiple']} | {r['local_mem']} | "
            f"{r['private_mem']} | {r['log_registers']} | {r['log_spills']} | {r['agree']} |"
            for r in rows]
-    md += ["", "## Sweep (second run)", "", f"best: {runs[1]['best']}", ""]
+    md += ["", "## Compiled code", "", str(code["note"]), ""]
+    if code["head"]:
+        md += [f"`.entry` functions: {', '.join(code['entries']) or '(none found)'}", "",
+               "```", *code["head"], "```"]
+    again = report["sweeps"][1]
+    md += ["", "## Sweep (second run)", "", f"best: {again['best']}", ""]
     md += [f"- {r['TS']}×{r['WPT']}: {r['outcome']} median {r['median_us']} µs "
-           f"regs {r['registers']} {r['error'] or ''}" for r in runs[1]["rows"]]
+           f"regs {r['registers']} {r['error'] or ''}" for r in again["rows"]]
     md += ["", "## Checks", ""] + [f"- {k}: {'ok' if v else 'FAILED'}" for k, v in checks.items()]
-    (out / "gpu-facts.md").write_text("\n".join(md) + "\n")
+    return "\n".join(md) + "\n"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--device", default="nvidia")
+    ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    args = ap.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    cache = tempfile.mkdtemp(prefix="clmagic-gpu-facts-")
+    settings = Settings.from_env({**os.environ, "CLMAGIC_CACHE_DIR": cache})
+    report: dict[str, Any] = {"device": None, "checks": {}}
+    checks: dict[str, bool] = {}
+    opts, miss = facts_part(settings, args.device, report, checks)
+    code_part(settings, args.device, opts, miss, report, checks)
+    sweep_part(settings, args.device, report, checks)
+    report["checks"] = checks
+    (out / "gpu-facts.json").write_text(json.dumps(report, indent=1, default=str))
+    (out / "gpu-facts.md").write_text(markdown(report, checks))
     print(json.dumps(checks, indent=1))
     return 0 if all(checks.values()) else 1
 
