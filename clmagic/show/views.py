@@ -48,9 +48,9 @@ def _views_of(obj: object) -> tuple[Callable[[Any], str], Callable[[Any], str]] 
     for cls in type(obj).__mro__:
         found = VIEWS.get((cls.__module__, cls.__name__))
         if found is not None:
-            from clmagic.show import cache, line  # not at import: naming the views loads none
+            import importlib  # not at import: naming the views loads none
 
-            module = {"line": line, "cache": cache}[found[0]]
+            module = importlib.import_module(f"clmagic.show.{found[0]}")  # any renderer named
             text: Callable[[Any], str] = getattr(module, found[1])
             page: Callable[[Any], str] = getattr(module, found[2])
             return text, page
