@@ -19,6 +19,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wai
 from dataclasses import dataclass, field
 from multiprocessing import get_context
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from clmagic._secret import allow_to_children
 from clmagic.config import Settings
@@ -26,6 +27,9 @@ from clmagic.errors import BuildError, ClmagicError, OptionsError
 from clmagic.key.includes import MAX_HEADER_BYTES
 from clmagic.outcome import Outcome
 from clmagic.store._fs import read_regular
+
+if TYPE_CHECKING:
+    from clmagic.trip.compiler import Compiler
 
 __all__ = ["warm", "find_sources", "WarmReport", "first_error", "run_builds", "Build"]
 
@@ -79,7 +83,7 @@ def first_error(exc: BaseException) -> str:
     return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
 
 
-_worker = None  # the worker process's compiler
+_worker: Compiler | None = None  # the worker process's compiler (made by _init)
 _CACHED = (Outcome.HIT, Outcome.MEMORY)
 
 
@@ -100,10 +104,12 @@ def _build_one(label: str, options: str, device: str | None,
                text: str | None = None) -> tuple[str, Outcome, str]:
     """(label, outcome, first error line) of one build in a worker: the file ``label``, or the
     source ``text`` when given (a sweep's variant)."""
+    if _worker is None:
+        raise RuntimeError("_build_one runs in a worker of run_builds' pool (started by _init)")
     try:
         source: str | bytes = text if text is not None else (  # a FIFO: failed, no wait
             read_regular(label, MAX_HEADER_BYTES, follow=True)[0])
-        result = _worker.build(source, options, device)  # type: ignore[union-attr]
+        result = _worker.build(source, options, device)
     except (ClmagicError, OSError) as exc:
         return label, Outcome.FAILED, first_error(exc)
     if result.outcome == Outcome.BYPASS or (result.outcome not in _CACHED and not result.saved):
@@ -157,14 +163,15 @@ def _spawnable_main() -> Iterator[None]:
     ``__main__`` of a shell and of a notebook's kernel) may lack: ``None`` meanwhile, which
     spawn reads as "run nothing of the main module" (the workers need none of it)."""
     main = sys.modules.get("__main__")
-    missing = main is not None and not hasattr(main, "__spec__")
-    if missing:
-        main.__spec__ = None  # type: ignore[union-attr]
+    if main is None or hasattr(main, "__spec__"):
+        yield
+        return
+    main.__spec__ = None
     try:
         yield
     finally:
-        if missing and getattr(main, "__spec__", 0) is None:
-            del main.__spec__  # type: ignore[union-attr]
+        if getattr(main, "__spec__", 0) is None:
+            del main.__spec__
 
 
 def _run_pool(settings: Settings, jobs: int, builds: list[Build],

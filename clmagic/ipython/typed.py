@@ -1,5 +1,5 @@
 """Typed fronts of the IPython helpers the magics use, whose own code is unannotated
-(``IPython.core.magic_arguments``, ``IPython.display.display``) or typed loosely
+(``IPython.core.magic_arguments``; ``display`` is :mod:`clmagic.show.display`'s) or typed loosely
 (``cell_magic`` and ``line_magic`` return a union of the function and a decorator): mypy
 ``--strict`` would make every magic they decorate untyped, so each is called here once, behind
 a signature, with the one ``type: ignore`` its call needs.
@@ -94,7 +94,9 @@ def parse_argstring(magic: Callable[..., object], line: str) -> Namespace:
 
 
 def display(obj: object, *, raw: bool = False) -> None:
-    """IPython's ``display(obj)`` (``raw``: ``obj`` is a MIME bundle, published as it is)."""
-    from IPython.display import display as ipython_display
+    """IPython's ``display(obj)`` (``raw``: ``obj`` is a MIME bundle, published as it is),
+    through the renderers' typed front, :func:`clmagic.show.display.display` (imported at the
+    first display, not at ``%load_ext``)."""
+    from clmagic.show.display import display as show
 
-    ipython_display(obj, raw=raw)  # type: ignore[no-untyped-call]  # unannotated in IPython
+    show(obj, raw=raw)
