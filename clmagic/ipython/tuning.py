@@ -65,6 +65,7 @@ def show_code(result: BuildResult) -> None:
 
     from clmagic.show.facts import code_html
 
+    # IPython's HTML and display are unannotated (a MIME bundle would drop HTML's text repr)
     display(HTML(code_html(result.code)))  # type: ignore[no-untyped-call]
 
 
