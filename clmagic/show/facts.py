@@ -70,9 +70,9 @@ def code_html(view: CodeView, title: str = "") -> str:
         return f'<div class="clmagic-code">{html.escape(view.note)}</div>'
     body = f"<pre>{html.escape(view.text)}</pre>"
     try:
-        from pygments import highlight  # type: ignore[import-untyped]
-        from pygments.formatters import HtmlFormatter  # type: ignore[import-untyped]
-        from pygments.lexers import get_lexer_by_name  # type: ignore[import-untyped]
+        from pygments import highlight
+        from pygments.formatters import HtmlFormatter
+        from pygments.lexers import get_lexer_by_name
 
         body = highlight(view.text, get_lexer_by_name("ptx"),
                          HtmlFormatter(noclasses=True, nobackground=True))
