@@ -27,7 +27,7 @@ __all__ = ["CodeView", "code_of", "kind_of", "ptx_entries"]
 
 _KINDS = ((b"BC\xc0\xde", "LLVM bitcode"), (b"\xde\xc0\x17\x0b", "LLVM bitcode"),
           (b"\x7fELF", "ELF"), (b"\x03\x02\x23\x07", "SPIR-V"), (b"poclbin", "POCL binary"))
-_ENTRY = re.compile(r"^\s*\.(?:visible\s+)?\.entry\s+([A-Za-z_$][\w$]*)", re.MULTILINE)
+_ENTRY = re.compile(r"^\s*(?:\.(?:visible|weak)\s+)?\.entry\s+([A-Za-z_$][\w$]*)", re.MULTILINE)
 
 
 @dataclass(frozen=True)
