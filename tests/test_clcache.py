@@ -33,10 +33,14 @@ def stored(compiler) -> set[str]:
 
 
 def size_of(cache_dir, r) -> int:
+    """An entry's size as every number of the cache counts it (listing, eviction, clear): its
+    file, its ``.hits`` and the code index that names it (``<code key>.code``, holding the key)."""
     base = cache_dir / r.device.fingerprint / r.key
     hits = base.with_suffix(".hits")
-    return base.with_suffix(".clbin").stat().st_size + (hits.stat().st_size if hits.exists()
-                                                        else 0)
+    index = sum(c.stat().st_size for c in base.parent.glob("*.code") if c.read_text() == r.key)
+    assert index, "no code index names the entry"
+    return (base.with_suffix(".clbin").stat().st_size
+            + (hits.stat().st_size if hits.exists() else 0) + index)
 
 
 def clcache(shell, line: str):
@@ -58,9 +62,11 @@ def test_clear_by_key_prefix_removes_exactly_those(shell, compiler, cache_dir, f
     assert f"removed 1 entry ({clmagic._format.fmt_bytes(expected_bytes)})" in cap.stdout
     assert stored(compiler) == {r.key for r in filled.values()} - {gone.key}
     two = [filled["p0"].key[:8], filled["p2"].key[:12]]
+    both = size_of(cache_dir, filled["p0"]) + size_of(cache_dir, filled["p2"])
     removed = clcache(shell, "clear " + " ".join(two))
     assert (removed.entries, sorted(removed.keys)) == (2, sorted([filled["p0"].key,
                                                                    filled["p2"].key]))
+    assert removed.bytes == both
     assert stored(compiler) == {filled["o0"].key}
     assert clcache(shell, f"clear {gone.key[:10]}").entries == 0
 
@@ -71,6 +77,16 @@ def test_clear_reports_entries_and_bytes(shell, compiler, cache_dir, filled, poc
     assert (removed.entries, removed.bytes) == (3, want)
     assert text_of(removed).startswith(f"removed 3 entries ({clmagic._format.fmt_bytes(want)})")
     assert stored(compiler) == {filled["o0"].key}
+
+
+def test_an_entrys_size_is_one_number(shell, compiler, cache_dir, filled):
+    """The table, the eviction's sizes (the size limit, the panel's total) and a clear count an
+    entry alike (issue 24, item 5): its file, its hit counter and its code index."""
+    want = {r.key: size_of(cache_dir, r) for r in filled.values()}
+    listed = clcache(shell, "")
+    assert dict(zip(listed["key"], listed["stored_bytes"])) == want
+    assert {u.key: u.size for u in compiler.store.usage_list()} == want
+    assert clcache(shell, "clear").bytes == sum(want.values())
 
 
 def test_clear_by_device_leaves_the_other_device(shell, compiler, filled, oclgrind):

@@ -260,9 +260,9 @@ def test_clear_also_removes_use_counts_whose_entry_is_gone(compiler, cache_dir):
     compiler.store.record_hit(r.device.fingerprint, r.key)
     orphan = "ab" * 32
     compiler.store.record_hit(r.device.fingerprint, orphan)  # its entry never existed
-    entry_bytes = _entry_path(cache_dir, r).stat().st_size
+    entry_bytes = _footprint(cache_dir, r)  # the entry's size: its file and code index
     n, freed = compiler.store.clear(r.device.fingerprint)
-    assert (n, freed) == (1, entry_bytes + 2)
+    assert (n, freed) == (1, entry_bytes + 2)  # and its hit, and the orphan's
     assert list((cache_dir / r.device.fingerprint).iterdir()) == []
 
 

@@ -1,7 +1,9 @@
 """Walking a directory store's device folders: the entries listed (header and metadata of each,
 never the binary), the sizes and last uses eviction sorts (one ``stat`` per file), the removal of
-evicted entries, and a clear. Listings and clears also sweep what dead writers and removed
-entries left behind: temp files, ``.hits`` files without their entry, a cleared code index.
+evicted entries, and a clear. An entry's size is the same in each (issue 24, item 5): its file,
+its ``.hits`` and the code index naming it, what removing it frees. Listings and clears also
+sweep what dead writers and removed entries left behind: temp files, ``.hits`` files without
+their entry, a cleared code index.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from clmagic.store.directory.files import (
     drop_code,
     drop_hits,
     index_size,
+    read_code_index,
     read_entry_meta,
     sweep_tmp,
     usage_beside,
@@ -72,32 +75,54 @@ def list_entries(root: Path, fingerprint: str | None, kind: str,
 
 def scan_uses(root: Path) -> list[Use]:
     """Every entry's last use (the ``.hits`` file's mtime, else the entry's) and size, from one
-    ``stat`` per file: no entry is opened."""
+    ``stat`` per file and one read of each code index (64 bytes): no entry is opened. The size
+    is the listing's (the entry file, its ``.hits`` and the code index naming it: what removing
+    it frees), so the size limit, the panel's total and a clear count the same bytes."""
     out: list[Use] = []
     try:
         folders = [f for f in os.listdir(root) if is_hex(f, 16)]
     except OSError:
         return out
     for fp in folders:
-        files: dict[str, os.stat_result] = {}
-        try:
-            with os.scandir(os.path.join(root, fp)) as it:
-                for d in it:
-                    if d.name.endswith((SUFFIX, HITS_SUFFIX)):
-                        try:
-                            files[d.name] = d.stat(follow_symlinks=False)
-                        except OSError:
-                            continue
-        except OSError:
-            continue
+        files = _stats_of(os.path.join(root, fp))
+        indexes = _index_bytes(os.path.join(root, fp), files)
         for name, st in files.items():
             key = name[: -len(SUFFIX)]
             if not (name.endswith(SUFFIX) and is_hex(key, 64)):
                 continue
             hits = files.get(key + HITS_SUFFIX)
             used = max(st.st_mtime, hits.st_mtime) if hits else st.st_mtime
-            size = st.st_size + (hits.st_size if hits else 0)
+            size = st.st_size + (hits.st_size if hits else 0) + indexes.get(key, 0)
             out.append(Use(used, size, fp, key, (st.st_ino, st.st_mtime_ns)))
+    return out
+
+
+def _stats_of(folder: str) -> dict[str, os.stat_result]:
+    """The ``lstat`` of each entry, ``.hits`` and code index file in ``folder`` (none when it
+    cannot be read)."""
+    files: dict[str, os.stat_result] = {}
+    try:
+        with os.scandir(folder) as it:
+            for d in it:
+                if d.name.endswith((SUFFIX, HITS_SUFFIX, CODE_SUFFIX)):
+                    try:
+                        files[d.name] = d.stat(follow_symlinks=False)
+                    except OSError:
+                        continue
+    except OSError:
+        return {}
+    return files
+
+
+def _index_bytes(folder: str, files: dict[str, os.stat_result]) -> dict[str, int]:
+    """Entry key -> the bytes of the code index that names it, for the entries in ``files``
+    (an index naming no entry here counts for none)."""
+    out: dict[str, int] = {}
+    for name in files:
+        if name.endswith(CODE_SUFFIX):
+            key = read_code_index(os.path.join(folder, name))
+            if key is not None and key + SUFFIX in files:
+                out[key] = out.get(key, 0) + index_size(os.path.join(folder, name), key)
     return out
 
 
@@ -130,13 +155,16 @@ def clear(root: Path, fingerprint: str | None) -> tuple[int, int]:
     lies beside them; (entries removed, bytes freed)."""
     count = freed = 0
     for path in list(_files(root, fingerprint)):
+        key = path.name[: -len(SUFFIX)]
         try:
             size = path.lstat().st_size
+            index = code_index_of(path, key)  # counted with its entry, as the listing counts it
             path.unlink()
         except OSError:
             continue
         count += 1
-        freed += size + drop_hits(path)
+        freed += size + drop_hits(path) + (len(key) if index is not None else 0)
+        drop_code(index)
     freed += _sweep_cleared(root, fingerprint)
     return count, freed
 
