@@ -24,14 +24,33 @@ SECRET_VAR = "CLMAGIC_CACHE_SECRET"
 _LABEL = b"clmagic secret identity"  # what two secrets are compared by (never the bytes)
 
 
-class Secret:
-    """A team secret: :meth:`sign` gives the HMAC-SHA256 of some bytes; ``repr``, ``str`` and
-    formatting show ``Secret(***)``; two are equal when they hold the same bytes."""
+#: the context the entry signature's BLAKE3 key is derived from the secret with
+MAC_CONTEXT = "clmagic 2026 entry signature"
 
-    __slots__ = ("__key",)
+
+class Secret:
+    """A team secret: :meth:`mac` gives the keyed BLAKE3 of some bytes (entry signatures),
+    :meth:`sign` their HMAC-SHA256; ``repr``, ``str`` and formatting show ``Secret(***)``; two
+    are equal when they hold the same bytes."""
+
+    __slots__ = ("__key", "__mac_key")
 
     def __init__(self, key: bytes) -> None:
         self.__key = bytes(key)
+        self.__mac_key: bytes | None = None  # derived at the first mac (blake3 loads then)
+
+    def mac(self, *parts: bytes | bytearray | memoryview) -> str:
+        """The hex keyed BLAKE3 of ``parts`` in turn, with a 32-byte key derived from this
+        secret (BLAKE3's key derivation, context :data:`MAC_CONTEXT`): BLAKE3's keyed mode is a
+        MAC, and over a megabyte binary it is several times faster than HMAC-SHA256."""
+        import blake3
+
+        if self.__mac_key is None:
+            self.__mac_key = blake3.blake3(self.__key, derive_key_context=MAC_CONTEXT).digest()
+        h = blake3.blake3(key=self.__mac_key)
+        for part in parts:
+            h.update(part)
+        return h.hexdigest()
 
     def sign(self, data: bytes) -> str:
         """The hex HMAC-SHA256 of ``data`` with this secret."""

@@ -154,7 +154,7 @@ class Settings:
         programs kept in memory; ``CLMAGIC_HISTORY_MAX`` (default 10000) the trips the session
         history keeps (the newest: a long loop of builds must not grow the process without
         bound). A value that cannot be used is warned about once and the default applies.
-        ``CLMAGIC_CACHE_SECRET``: the team secret entries are signed with (HMAC-SHA256); stores
+        ``CLMAGIC_CACHE_SECRET``: the team secret entries are signed with (keyed BLAKE3); stores
         others write then serve only entries signed with it. It is read as bytes, held by a
         :class:`~clmagic._secret.Secret` and shown as ``***`` wherever the variables are shown;
         a blank one is refused with a warning.

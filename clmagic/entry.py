@@ -2,6 +2,12 @@
 and the program binary, and the checks every backend makes of them (metadata, binary, digest and
 team signature). The bytes of an entry file are :mod:`clmagic.entry_file`'s.
 
+Integrity follows ccache's design: the binary's checksum and the metadata's digest are XXH3-128
+(they catch every torn, truncated or bit-flipped entry at a few GB/s; a private store is trusted
+to its file permissions, not to a cryptographic hash on every hit), and the team signature is
+keyed BLAKE3 over the metadata and the binary themselves (a MAC: XXH3 is not collision
+resistant, so a signature over the checksum alone would not bind the binary).
+
 Nothing is unpickled or evaluated; metadata is parsed strictly, bounded in size, and checked
 once, when it becomes an :class:`EntryMeta` (however it was stored: entry file, SQLite columns,
 Redis hash). Usage is never stored in the entry: each backend keeps it beside the entry.
@@ -10,13 +16,15 @@ Redis hash). Usage is never stored in the entry: each backend keeps it beside th
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import hmac
 import json
 import math
+import struct
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+
+import xxhash
 
 from clmagic.errors import CorruptEntry
 
@@ -25,11 +33,28 @@ if TYPE_CHECKING:
 
 __all__ = ["Entry", "EntryMeta", "Usage", "sane_time", "MAX_TIME", "FORMAT_VERSION",
            "MAX_META", "MAX_BINARY", "MAX_LOG", "canonical", "seal", "signed", "parse_json",
-           "check_meta", "check_binary", "verified", "META_FIELDS", "SQL_FIELDS"]
+           "check_meta", "check_binary", "verified", "META_FIELDS", "SQL_FIELDS", "OtherFormat",
+           "checksum"]
 
 #: the version of the stored metadata's format: in every entry file's header, the SQLite and
-#: Redis stores' records, and the bytes the digest covers
-FORMAT_VERSION = 1
+#: Redis stores' records, the bytes the digest covers and every cache key. 2: XXH3-128 checksum
+#: and digest, keyed BLAKE3 signature (1: SHA-256 and HMAC-SHA256)
+FORMAT_VERSION = 2
+
+
+class OtherFormat(Exception):
+    """An entry of an older format version (an older clmagic's): a miss, never a damaged
+    entry. Not a :class:`CorruptEntry`, so nothing counts or reports it as damage; it
+    ages out of the store as every unused entry does."""
+
+    def __init__(self, version: int) -> None:
+        self.version = version
+        super().__init__(f"format {version}, this clmagic reads {FORMAT_VERSION}")
+
+
+def checksum(data: bytes | bytearray | memoryview) -> str:
+    """The hex XXH3-128 of ``data``: an entry's binary checksum and its metadata's digest."""
+    return xxhash.xxh3_128_hexdigest(data)
 #: the most bytes of metadata and of binary an entry may have: every read is bounded by them
 MAX_META = 1 << 20
 MAX_BINARY = 1 << 30
@@ -66,7 +91,8 @@ class EntryMeta:
     fingerprint: str = _f(shown=True)
     #: who asked for the build: ``cell``, or the module that called ``pyopencl.Program.build``
     origin: str = _f(shown=True, default="cell", omit=True)
-    binary_sha256: str = _f(column=True)
+    #: XXH3-128 of the binary (:func:`checksum`)
+    binary_xxh3: str = _f()
     build_log: str = _f()
     device_version: str = _f(default="")
     platform_version: str = _f(default="")
@@ -83,10 +109,11 @@ class EntryMeta:
     #: :mod:`clmagic.opencl.facts`); ``None``: not kept (entries saved before clmagic kept them,
     #: builds that make no kernels)
     kernel_facts: dict[str, Any] | None = _f(default=None, omit=True)
-    #: SHA-256 of the canonical metadata (every field above, the format version): what the entry
-    #: was built for (key, device, binary checksum) cannot be moved or edited apart from it
+    #: XXH3-128 of the canonical metadata (every field above, the format version): what the
+    #: entry was built for (key, device, binary checksum) is not moved or damaged apart from it
     digest: str = _f(default="", omit=True, compare=False)
-    #: HMAC-SHA256 of the same bytes with the team secret (CLMAGIC_CACHE_SECRET), "" unsigned
+    #: keyed BLAKE3 of the same bytes and the binary with the team secret
+    #: (CLMAGIC_CACHE_SECRET, see :meth:`clmagic._secret.Secret.mac`), "" unsigned
     signature: str = _f(default="", omit=True, compare=False)
     other: Mapping[str, Any] = field(default_factory=dict, compare=True)
 
@@ -200,7 +227,7 @@ class Entry:
                headers: Iterable[str] = (), code_key: str = "", rekeyed_from: str = "",
                untrusted: str = "", kernel_facts: Mapping[str, Any] | None = None) -> Entry:
         """A new entry: every stored field by name (a misspelt one is a ``TypeError``, never a
-        field of ``meta.other``); fills ``binary_bytes`` and ``binary_sha256`` and trims the
+        field of ``meta.other``); fills ``binary_bytes`` and ``binary_xxh3`` and trims the
         build log to :data:`MAX_LOG`. It has no seal (``digest``, ``signature``): the store
         seals what it writes. The values are checked as stored metadata is
         (:func:`check_meta`)."""
@@ -209,7 +236,7 @@ class Entry:
             **facts, "key": key, "fingerprint": fingerprint, "kernels": list(kernels),
             "options": options, "device": device, "platform": platform, "driver": driver,
             "source_bytes": source_bytes, "binary_bytes": len(binary),
-            "binary_sha256": hashlib.sha256(binary).hexdigest(), "build_ms": build_ms,
+            "binary_xxh3": checksum(binary), "build_ms": build_ms,
             "created": created, "build_log": str(build_log)[:MAX_LOG], "origin": origin,
             "device_version": device_version, "platform_version": platform_version,
             "headers": list(headers), "code_key": code_key, "rekeyed_from": rekeyed_from,
@@ -313,35 +340,51 @@ def canonical(meta: EntryMeta) -> bytes:
     return _CANONICAL.encode(doc).encode()
 
 
-def seal(meta: EntryMeta, secret: Secret | None) -> EntryMeta:
-    """``meta`` with its digest, and its signature when a team ``secret`` is given."""
+def _signed_parts(meta: EntryMeta, binary: bytes | bytearray | memoryview
+                  ) -> tuple[bytes, bytes, bytes | bytearray | memoryview]:
+    """What a signature covers: the canonical metadata's length, the metadata, the binary (the
+    length first, so no split of the same bytes signs the same)."""
     raw = canonical(meta)
-    sig = secret.sign(raw) if secret is not None else ""
-    return dataclasses.replace(meta, digest=hashlib.sha256(raw).hexdigest(), signature=sig)
+    return struct.pack("<Q", len(raw)), raw, binary
 
 
-def signed(meta: EntryMeta, secret: Secret) -> bool | None:
-    """Whether ``meta`` carries a valid signature for ``secret``: ``None`` when unsigned."""
+def seal(meta: EntryMeta, secret: Secret | None,
+         binary: bytes | bytearray | memoryview | None = None) -> EntryMeta:
+    """``meta`` with its digest, and its signature when a team ``secret`` is given (which then
+    needs the entry's ``binary``: the signature covers it)."""
+    raw = canonical(meta)
+    if secret is None:
+        sig = ""
+    elif binary is None:
+        raise ValueError("a signature covers the binary: seal(meta, secret, binary)")
+    else:
+        sig = secret.mac(*_signed_parts(meta, binary))
+    return dataclasses.replace(meta, digest=checksum(raw), signature=sig)
+
+
+def signed(meta: EntryMeta, secret: Secret, binary: bytes | bytearray | memoryview
+           ) -> bool | None:
+    """Whether ``meta`` and ``binary`` carry a valid signature for ``secret``: ``None`` when
+    unsigned."""
     if not meta.signature:
         return None
-    good = secret.sign(canonical(meta))
+    good = secret.mac(*_signed_parts(meta, binary))
     return hmac.compare_digest(good, meta.signature)
 
 
 def _check_digest(meta: EntryMeta) -> None:
-    if meta.digest and not hmac.compare_digest(
-            hashlib.sha256(canonical(meta)).hexdigest(), meta.digest):
+    if meta.digest and not hmac.compare_digest(checksum(canonical(meta)), meta.digest):
         raise CorruptEntry("metadata does not match its digest: moved to another key or device, "
                            "or edited")
 
 
 def check_binary(meta: EntryMeta, binary: bytes | bytearray | memoryview, key: str | None,
                  fingerprint: str | None) -> None:
-    """Check a binary against checked metadata (SHA-256, length, size bound) and the name it was
+    """Check a binary against checked metadata (XXH3-128, length, size bound) and the name it was
     filed under (``key``/``fingerprint`` when given); raise :class:`CorruptEntry`."""
     if len(binary) > MAX_BINARY:
         raise CorruptEntry(f"binary of {len(binary)} bytes is over the {MAX_BINARY} limit")
-    if hashlib.sha256(binary).hexdigest() != meta.binary_sha256:
+    if checksum(binary) != meta.binary_xxh3:
         raise CorruptEntry("binary checksum mismatch")
     if meta.binary_bytes != len(binary):
         raise CorruptEntry("binary length disagrees with the metadata")

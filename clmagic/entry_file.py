@@ -11,7 +11,12 @@ Layout of an entry file (little-endian)::
     24  8  u64 binary length
     32  .  metadata: UTF-8 JSON object (the fields of EntryMeta)
     .   .  binary
-    .  32  SHA-256 of the binary
+    .  16  XXH3-128 of the binary (format 2; format 1 ended with its 32-byte SHA-256)
+
+A file of an older format version is :class:`~clmagic.entry.OtherFormat` (a miss, not damage):
+only the magic and the version are read of it, since nothing after them need be laid out alike.
+A newer version is damage: the cache key covers the format, so no newer clmagic files an entry
+under a key this one looks up.
 
 Apart from :mod:`clmagic.entry` (what an entry is and when its metadata and binary are valid),
 because only the directory store and the tools that handle files need the byte layout: the
@@ -26,8 +31,8 @@ import struct
 import zlib
 from typing import IO
 
-from clmagic.entry import (FORMAT_VERSION, MAX_BINARY, MAX_META, Entry, EntryMeta, Usage,
-                           parse_json, verified)
+from clmagic.entry import (FORMAT_VERSION, MAX_BINARY, MAX_META, Entry, EntryMeta, OtherFormat,
+                           Usage, parse_json, verified)
 from clmagic.errors import CorruptEntry
 
 __all__ = ["MAGIC", "HEADER", "encode", "decode", "read_entry", "read_meta"]
@@ -35,8 +40,8 @@ __all__ = ["MAGIC", "HEADER", "encode", "decode", "read_entry", "read_meta"]
 MAGIC = b"CLMAGIC\n"
 #: magic, format version, metadata length, metadata CRC-32, reserved, binary length
 HEADER = struct.Struct("<8sIIIIQ")
-#: the SHA-256 of the binary that ends the file
-_TRAILER = 32
+#: the XXH3-128 of the binary that ends the file
+_TRAILER = 16
 
 
 def encode(entry: Entry) -> bytes:
@@ -47,7 +52,7 @@ def encode(entry: Entry) -> bytes:
     header = HEADER.pack(
         MAGIC, FORMAT_VERSION, len(meta), zlib.crc32(meta), 0, len(entry.binary)
     )
-    return b"".join((header, meta, entry.binary, bytes.fromhex(entry.meta.binary_sha256)))
+    return b"".join((header, meta, entry.binary, bytes.fromhex(entry.meta.binary_xxh3)))
 
 
 def _parse_header(head: bytes | memoryview) -> tuple[int, int, int]:
@@ -56,7 +61,9 @@ def _parse_header(head: bytes | memoryview) -> tuple[int, int, int]:
     magic, version, meta_len, meta_crc, _reserved, bin_len = HEADER.unpack_from(head)
     if magic != MAGIC:
         raise CorruptEntry("bad magic: not a clmagic entry")
-    if version != FORMAT_VERSION:
+    if version < FORMAT_VERSION:  # an older clmagic's entry: a miss
+        raise OtherFormat(int(version))
+    if version != FORMAT_VERSION:  # no newer clmagic files an entry under this one's keys
         raise CorruptEntry(f"format version {version}, this clmagic reads {FORMAT_VERSION}")
     if meta_len > MAX_META:
         raise CorruptEntry(f"metadata of {meta_len} bytes is over the {MAX_META} limit")
@@ -73,7 +80,8 @@ def _parse_meta(raw: bytes, crc: int) -> EntryMeta:
 
 def decode(data: bytes | bytearray, key: str | None = None, fingerprint: str | None = None,
            usage: Usage = Usage()) -> Entry:
-    """Parse and verify one entry file; raise :class:`CorruptEntry` saying what is wrong.
+    """Parse and verify one entry file; raise :class:`CorruptEntry` saying what is wrong, or
+    :class:`~clmagic.entry.OtherFormat` for a file of another format version.
 
     ``key``/``fingerprint``, when given, must match the stored ones (an entry filed under the
     wrong name is corrupt too).
@@ -121,7 +129,7 @@ def _check_size(size: int, meta_len: int, bin_len: int) -> None:
 def _assemble(raw: bytes, crc: int, binary: bytes | memoryview, trailer: bytes,
               key: str | None, fingerprint: str | None, usage: Usage) -> Entry:
     meta = _parse_meta(raw, crc)
-    if trailer.hex() != meta.binary_sha256:
+    if trailer.hex() != meta.binary_xxh3:
         raise CorruptEntry("binary checksum mismatch")
     return verified(meta, binary, key, fingerprint, usage)
 

@@ -34,7 +34,7 @@ from pathlib import Path
 
 import pytest
 
-from clmagic.entry import Entry, parse_json
+from clmagic.entry import FORMAT_VERSION, Entry, parse_json
 from clmagic.entry_file import decode, encode
 from clmagic.errors import CorruptEntry
 from clmagic.store import DirectoryStore, LayeredStore, Store, open_store
@@ -216,7 +216,7 @@ class SQLiteFactory(StoreFactory):
         from clmagic.store.sqlite.sql import SQL_GET, row_meta
 
         with sqlite3.connect(store.location) as db:
-            row = db.execute(SQL_GET, (1, fp, key)).fetchone()
+            row = db.execute(SQL_GET, (FORMAT_VERSION, fp, key)).fetchone()
         db.close()
         if row is None:
             return None
@@ -246,7 +246,7 @@ class RedisFactory(StoreFactory):
         return self.reopen(self.server.url), self.server.url
 
     def _name(self, fp: str, key: str) -> str:
-        return f"clmagic:v1:{fp}:{key}"
+        return f"clmagic:v{FORMAT_VERSION}:{fp}:{key}"
 
     def raw(self, store: Store, fp: str, key: str) -> bytes | None:
         import json

@@ -3,7 +3,6 @@ failed writes, a shared remote across processes, and a remote that dies or stall
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -15,11 +14,13 @@ import tempfile
 from pathlib import Path
 
 import pytest
+import xxhash
 from conftest import SAXPY, child_env, last_json, run_child
 from stores import FP, RedisServer, can_drop_dac, drop_dac, synthetic
 
 import clmagic
 from clmagic.config import Settings
+from clmagic.entry import FORMAT_VERSION
 from clmagic.store import LayeredStore, RedisStore, SQLiteStore, open_store
 
 CHILD = """
@@ -70,7 +71,8 @@ def test_sqlite_columns_hold_the_entry(tmp_path, pocl):
         prov = conn.execute("SELECT * FROM provenance").fetchall()
         version = conn.execute("SELECT version FROM clmagic_schema").fetchall()
         mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
-    assert (row["format"], row["fingerprint"], row["key"]) == (1, r.device.fingerprint, r.key)
+    assert (row["format"], row["fingerprint"], row["key"]) == (
+        FORMAT_VERSION, r.device.fingerprint, r.key)
     assert json.loads(row["kernels"]) == ["saxpy", "scale"]
     assert row["options"] == r.options.effective
     assert (row["device"], row["platform"], row["driver"]) == (
@@ -78,7 +80,8 @@ def test_sqlite_columns_hold_the_entry(tmp_path, pocl):
     assert row["build_ms"] == pytest.approx(r.build_ms, abs=1e-3)
     assert row["source_bytes"] == len(SAXPY.encode())
     assert row["binary_bytes"] == row["n"] == len(entry.binary) > 0
-    assert row["binary_sha256"] == hashlib.sha256(row["binary"]).hexdigest()
+    assert row["binary_sha256"] == ""  # format 1's column: the checksum is binary_xxh3 now
+    assert json.loads(row["extra"])["binary_xxh3"] == xxhash.xxh3_128_hexdigest(row["binary"])
     assert row["binary"] == entry.binary and "hits" not in row.keys()
     assert (use["fingerprint"], use["key"], use["hits"]) == (r.device.fingerprint, r.key, 1)
     assert use["last_used"] > 0
@@ -186,13 +189,13 @@ def test_redis_layout_index_and_ttl(tmp_path, pocl, redis_server):
     comp = _compiler(pocl, redis_server.url, ttl=600)
     r = comp.build(SAXPY)
     comp.flush()  # the save runs in the background
-    name = f"clmagic:v1:{r.device.fingerprint}:{r.key}"
+    name = f"clmagic:v{FORMAT_VERSION}:{r.device.fingerprint}:{r.key}"
     c = redis_server.client
     assert set(c.hkeys(name)) == {b"meta", b"binary", b"hits", b"last_used"}
     meta = json.loads(c.hget(name, "meta"))
-    assert meta["binary_sha256"] == hashlib.sha256(c.hget(name, "binary")).hexdigest()
+    assert meta["binary_xxh3"] == xxhash.xxh3_128_hexdigest(c.hget(name, "binary"))
     assert meta["kernels"] == ["saxpy", "scale"] and "store" not in meta
-    assert c.smembers(f"clmagic:v1:{r.device.fingerprint}:index") == {r.key.encode()}
+    assert c.smembers(f"clmagic:v{FORMAT_VERSION}:{r.device.fingerprint}:index") == {r.key.encode()}
     assert 0 < c.ttl(name) <= 600
     comp.store.record_hit(r.device.fingerprint, r.key)
     assert c.hget(name, "hits") == b"1"

@@ -305,7 +305,7 @@ def test_a_binary_the_driver_refuses_is_corrupt(store_factory, tmp_path, pocl, o
     assert foreign.saved and mine.saved  # (waits for the background saves)
     fp, key = mine.device.fingerprint, mine.key
     meta = {k: v for k, v in store.get(fp, key).meta.to_json().items()
-            if k not in ("key", "fingerprint", "binary_bytes", "binary_sha256", "digest",
+            if k not in ("key", "fingerprint", "binary_bytes", "binary_xxh3", "digest",
                          "signature")}
     pocl_binary = store.get(foreign.device.fingerprint, foreign.key).binary
     assert store.put(Entry.create(key, fp, pocl_binary, **meta))

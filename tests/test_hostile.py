@@ -109,11 +109,11 @@ def test_nothing_in_the_load_path_can_execute_code():
 
 def _entry_bytes(meta: bytes, binary: bytes = b"\x01\x02", version: int = FORMAT_VERSION,
                  meta_len: int | None = None) -> bytes:
-    import hashlib
+    import xxhash
 
     n = len(meta) if meta_len is None else meta_len
     head = HEADER.pack(MAGIC, version, n, zlib.crc32(meta), 0, len(binary))
-    return head + meta + binary + hashlib.sha256(binary).digest()
+    return head + meta + binary + xxhash.xxh3_128_digest(binary)
 
 
 def _good_meta(**over) -> dict:
@@ -151,7 +151,7 @@ def test_metadata_and_binary_sizes_are_bounded_before_reading():
         decode(huge_bin)
     good = encode(Entry.create("a" * 64, "b" * 16, b"\x01\x02", **{
         k: v for k, v in _good_meta().items()
-        if k not in ("key", "fingerprint", "binary_bytes", "binary_sha256")}))
+        if k not in ("key", "fingerprint", "binary_bytes", "binary_xxh3")}))
     assert decode(good).kernels == ["k"]
     with pytest.raises(CorruptEntry, match="another key"):
         decode(good, key="c" * 64)

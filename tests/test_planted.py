@@ -21,6 +21,7 @@ from test_faults import SRC, check
 from clmagic import Compiler, ClmagicError
 from clmagic.cache.bundle import export_bundle, import_bundle
 from clmagic.config import Settings
+from clmagic.entry import FORMAT_VERSION
 from clmagic.entry import Entry
 from clmagic.show.frames import cache_frame
 from clmagic.cache.manage import select_entries
@@ -180,7 +181,7 @@ def test_times_out_of_range_show_as_unknown(tmp_path, when, redis_server):
     redis_server.client.flushall()
     r = open_store(redis_server.url)
     r.put(e)
-    redis_server.client.hset(f"clmagic:v1:{FP}:{e.key}", "last_used", repr(when))
+    redis_server.client.hset(f"clmagic:v{FORMAT_VERSION}:{FP}:{e.key}", "last_used", repr(when))
     _views_work(r)
     # an entry created at `when` (in the metadata: a bundle can carry it), through a bundle
     made = synthetic(2)

@@ -107,7 +107,7 @@ def test_a_trips_outcome_is_an_outcome_and_its_tables_hold_plain_words(compiler)
 # -- Entry.create -------------------------------------------------------------------------------
 
 #: what ``Entry.create`` fills in itself (the binary's) or leaves to the store (the seal)
-_FILLED = {"binary_bytes", "binary_sha256", "digest", "signature"}
+_FILLED = {"binary_bytes", "binary_xxh3", "digest", "signature"}
 _FIELDS = dict(kernels=["k"], options="", device="d", platform="p", driver="1",
                source_bytes=1, build_ms=1.0, created=1.0)
 

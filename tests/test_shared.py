@@ -5,7 +5,6 @@ elsewhere are proven loadable in a child before the user's process loads them.""
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import inspect
 import json
 import signal
@@ -15,6 +14,7 @@ import sys
 import zlib
 
 import pytest
+import xxhash
 from conftest import child_env
 from stores import FP, FP2, synthetic
 from test_faults import SRC, check
@@ -112,11 +112,11 @@ def test_a_redis_entry_rewritten_with_its_checksum_is_refused(tmp_path, pocl, re
     redis_server.client.flushall()
     _, mine, other = _two(tmp_path, pocl, redis_server.url)
     c = redis_server.client
-    name = f"clmagic:v1:{mine.device.fingerprint}:{mine.key}"
-    theirs = f"clmagic:v1:{other.device.fingerprint}:{other.key}"
+    name = f"clmagic:v{FORMAT_VERSION}:{mine.device.fingerprint}:{mine.key}"
+    theirs = f"clmagic:v{FORMAT_VERSION}:{other.device.fingerprint}:{other.key}"
     meta = json.loads(c.hget(name, "meta"))
     binary = c.hget(theirs, "binary")
-    meta.update(binary_sha256=hashlib.sha256(binary).hexdigest(), binary_bytes=len(binary))
+    meta.update(binary_xxh3=xxhash.xxh3_128_hexdigest(binary), binary_bytes=len(binary))
     c.hset(name, mapping={"meta": json.dumps(meta), "binary": binary})
     r = _victim(redis_server.url, pocl)
     assert r.outcome == "CORRUPT" and check(r)
@@ -144,11 +144,13 @@ def test_a_bundle_of_a_doctored_file_is_refused(tmp_path, pocl):
     bundle = tmp_path / "b.clbundle"
     export_bundle(bundle, store=c.store)
     with sqlite3.connect(bundle) as conn:  # SRC's row in the bundle carries OTHER's binary
-        (binary, sha, size), = conn.execute(
-            "SELECT binary, binary_sha256, binary_bytes FROM entries WHERE key = ?",
+        (binary, theirs, size), = conn.execute(
+            "SELECT binary, extra, binary_bytes FROM entries WHERE key = ?",
             (other.key,)).fetchall()
-        conn.execute("UPDATE entries SET binary = ?, binary_sha256 = ?, binary_bytes = ? "
-                     "WHERE key = ?", (binary, sha, size, mine.key))
+        (extra,), = conn.execute("SELECT extra FROM entries WHERE key = ?", (mine.key,))
+        extra = dict(json.loads(extra), binary_xxh3=json.loads(theirs)["binary_xxh3"])
+        conn.execute("UPDATE entries SET binary = ?, extra = ?, binary_bytes = ? "
+                     "WHERE key = ?", (binary, json.dumps(extra), size, mine.key))
     conn.close()
     report = import_bundle(bundle, store=open_store(str(tmp_path / "fresh")))
     assert report.imported == 1 and report.failed == 1
@@ -158,7 +160,7 @@ def test_a_bundle_of_a_doctored_file_is_refused(tmp_path, pocl):
 def _forged(entry: Entry, binary: bytes) -> Entry:
     """A full forgery: ``binary`` under ``entry``'s name, every checksum and the digest
     recomputed (what anyone who can write a store, and has clmagic, can make)."""
-    meta = dataclasses.replace(entry.meta, binary_sha256=hashlib.sha256(binary).hexdigest(),
+    meta = dataclasses.replace(entry.meta, binary_xxh3=xxhash.xxh3_128_hexdigest(binary),
                                binary_bytes=len(binary), digest="", signature="")
     return Entry(seal(meta, None), binary=binary)
 
@@ -175,7 +177,7 @@ def test_with_a_team_secret_a_full_forgery_in_a_shared_store_is_refused(tmp_path
     assert theirs.meta.signature  # written signed
     forged = _forged(c.store.get(fp, mine.key), theirs.binary)
     raw = json.dumps(forged.meta.to_json(), separators=(",", ":"), sort_keys=True)
-    redis_server.client.hset(f"clmagic:v1:{fp}:{mine.key}",
+    redis_server.client.hset(f"clmagic:v{FORMAT_VERSION}:{fp}:{mine.key}",
                              mapping={"meta": raw, "binary": forged.binary})
     victim = Compiler(Settings.from_env({"CLMAGIC_CACHE_DIR": redis_server.url,
                                          "CLMAGIC_DEVICE": pocl, **SECRET}))
@@ -184,9 +186,10 @@ def test_with_a_team_secret_a_full_forgery_in_a_shared_store_is_refused(tmp_path
     victim.flush()  # the rebuild's save is in
     assert victim.store.refused == {"unsigned": 1}
     # signed with another secret: refused as badly signed
-    bad = dataclasses.replace(forged, meta=seal(forged.meta, Secret(b"another team")))
+    bad = dataclasses.replace(forged, meta=seal(forged.meta, Secret(b"another team"),
+                                                 forged.binary))
     raw = json.dumps(bad.meta.to_json(), separators=(",", ":"), sort_keys=True)
-    redis_server.client.hset(f"clmagic:v1:{fp}:{mine.key}",
+    redis_server.client.hset(f"clmagic:v{FORMAT_VERSION}:{fp}:{mine.key}",
                              mapping={"meta": raw, "binary": bad.binary})
     victim.forget()
     assert victim.build(SRC).outcome == "CORRUPT" and victim.store.refused["bad signature"] == 1

@@ -14,7 +14,7 @@ import time
 import pytest
 from stores import FP, synthetic
 
-from clmagic.entry import MAX_META, check_binary, check_meta
+from clmagic.entry import FORMAT_VERSION, MAX_META, check_binary, check_meta
 from clmagic.errors import CorruptEntry
 from clmagic.store import RedisStore, SQLiteStore, open_store
 from clmagic.store.sqlite import store as sqlite_mod
@@ -172,7 +172,7 @@ def test_redis_refused_hit_count_keeps_saving_on(redis_server, capsys):
     redis_server.client.flushall()
     store = RedisStore(redis_server.url)
     e = synthetic(1)
-    name = f"clmagic:v1:{FP}:{e.key}"
+    name = f"clmagic:v{FORMAT_VERSION}:{FP}:{e.key}"
     redis_server.client.set(name, b"not a hash")  # the hit script's HINCRBY gets WRONGTYPE
     store.record_hit(FP, e.key)
     assert store.writable and store.available
@@ -224,7 +224,7 @@ def test_stored_metadata_with_infinity_is_corrupt(tmp_path, redis_server):
     redis_server.client.flushall()
     redis_store = RedisStore(redis_server.url)
     redis_store.put(e)
-    name = f"clmagic:v1:{FP}:{e.key}"
+    name = f"clmagic:v{FORMAT_VERSION}:{FP}:{e.key}"
     raw = redis_server.client.hget(name, "meta").replace(b'"build_ms":13.5', b'"build_ms":1e999')
     redis_server.client.hset(name, "meta", raw)
     for store in (sqlite_store, redis_store):

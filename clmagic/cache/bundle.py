@@ -9,6 +9,10 @@ digest: what it was built for); with a team secret (``CLMAGIC_CACHE_SECRET``) ex
 entry, and import refuses (and counts) entries that are unsigned or signed with another secret.
 Imported binaries that no valid signature vouches for are marked ``untrusted``: the first load
 proves them loadable in a child process (:mod:`clmagic.opencl.vet`).
+
+A bundle made by an older clmagic (entry format 1: SHA-256 checksums, HMAC signatures) is
+refused as such, never reported as damaged or tampered: its entries are not converted, because
+the cache key covers the format version, so this clmagic would never look them up.
 """
 
 from __future__ import annotations
@@ -190,6 +194,7 @@ def import_bundle(path: str | os.PathLike[str], *, store: Store | None = None) -
     source.shared, source.secret = True, _secret(target)  # written by anyone: vetted as such
     report = ImportReport(str(bundle))
     try:
+        _check_format(source, bundle, report)
         for name, value in source.manifest(limit=100):
             if isinstance(value, str) and len(value) <= MAX_META:
                 try:
@@ -203,6 +208,28 @@ def import_bundle(path: str | os.PathLike[str], *, store: Store | None = None) -
     finally:
         source.close()
     return report
+
+
+def _check_format(source: SQLiteStore, path: Path, report: ImportReport) -> None:
+    """Refuse a bundle holding only entries of other formats (an older clmagic's) in one line
+    that says so; one that also holds this format's has the others counted as not imported."""
+    try:
+        formats = source.formats()
+    except sqlite3.Error:
+        return  # the import's own reads say what is wrong with the file
+    others = {f: n for f, n in formats.items() if f != FORMAT_VERSION}
+    if not others:
+        return
+    which = ", ".join(str(f) for f in sorted(others))
+    age = "an older" if max(others) < FORMAT_VERSION else "another"
+    if FORMAT_VERSION not in formats:
+        raise ClmagicError(f"bundle {path} was made by {age} clmagic (format {which}; this one "
+                           f"writes {FORMAT_VERSION}): nothing imported. Export it again with "
+                           "this clmagic (cache keys changed with the format, so its entries "
+                           "would never be looked up)")
+    report.failed += sum(others.values())
+    report.reasons.append(f"{sum(others.values())} entries of format {which} ({age} clmagic's) "
+                          "not imported")
 
 
 def _import_rows(source: SQLiteStore, rows: list[tuple[Any, ...]], target: Store,

@@ -14,6 +14,7 @@ with the team secret needs no proof (:attr:`clmagic.entry.Entry.foreign` is empt
 
 from __future__ import annotations
 
+import hashlib
 import signal
 import subprocess
 import sys
@@ -89,7 +90,9 @@ def vouch(entry: Entry, options: str, store: Store | None) -> None:
     is refused in the child raises :class:`CorruptEntry` (the caller rebuilds)."""
     if not entry.foreign or entry.binary is None:
         return
-    memo = (entry.fingerprint, entry.meta.binary_sha256, options)
+    # a cryptographic hash of the binary itself: the entry's XXH3 checksum is no proof against
+    # a binary made to collide with one proven before (and a proof costs a child process)
+    memo = (entry.fingerprint, hashlib.sha256(entry.binary).hexdigest(), options)
     with _lock:
         known = memo in _proven
     if not known:

@@ -97,7 +97,7 @@ class Store(ABC):
     def _sealed(self, entry: Entry) -> Entry:
         """``entry`` as it is written: its metadata sealed with a digest, and signed with the
         team secret when one is set."""
-        return dataclasses.replace(entry, meta=seal(entry.meta, self.secret))
+        return dataclasses.replace(entry, meta=seal(entry.meta, self.secret, entry.binary))
 
     def _vet(self, entry: Entry) -> Entry:
         """A loaded entry, vetted. With a team secret: a bad signature is refused everywhere; an
@@ -105,7 +105,8 @@ class Store(ABC):
         Raises :class:`Unsigned` (counted in :attr:`refused`). The entry handed out says in
         ``foreign`` why its binary must be proven loadable first (it came from elsewhere and no
         valid signature vouches for it), else ``""``."""
-        verdict = signed(entry.meta, self.secret) if self.secret else None
+        verdict = (signed(entry.meta, self.secret, entry.binary)
+                   if self.secret and entry.binary is not None else None)
         if verdict is False:
             self.refused["bad signature"] += 1
             raise Unsigned("its signature does not match the team secret (CLMAGIC_CACHE_SECRET)")

@@ -18,7 +18,7 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
-from clmagic.entry import MAX_BINARY, MAX_META, Entry, EntryMeta, Usage
+from clmagic.entry import MAX_BINARY, MAX_META, Entry, EntryMeta, OtherFormat, Usage
 from clmagic.entry_file import HEADER, read_meta
 from clmagic.errors import CorruptEntry
 from clmagic.store.lifetime import _alive
@@ -74,7 +74,9 @@ def sweep_tmp(folder: Path, names: Iterable[str], prefix: str = "", everything: 
 
 def read_entry_meta(path: str) -> tuple[EntryMeta | None, int]:
     """Header and metadata of one entry file (one read, two for big metadata) and the file's
-    size; ``(None, 0)`` when it cannot be read or fails its checks."""
+    size; ``(None, 0)`` when it cannot be read, fails its checks or is of another format (not
+    listed: an older clmagic's entry is no entry of this one, though eviction still counts and
+    removes it, from the sizes alone)."""
     try:
         fd = open_regular(path)  # a FIFO or a folder is skipped (its lookup says what it is)
     except OSError:
@@ -86,7 +88,7 @@ def read_entry_meta(path: str) -> tuple[EntryMeta | None, int]:
             if need > len(buf):
                 buf += os.pread(fd, need - len(buf), len(buf))
         return read_meta(io.BytesIO(buf)), os.fstat(fd).st_size
-    except (OSError, CorruptEntry):
+    except (OSError, CorruptEntry, OtherFormat):
         return None, 0
     finally:
         os.close(fd)

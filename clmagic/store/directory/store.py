@@ -33,7 +33,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from clmagic._warn import warn_once
-from clmagic.entry import Entry, Usage
+from clmagic.entry import Entry, OtherFormat, Usage
 from clmagic.entry_file import encode, read_entry
 from clmagic.errors import CorruptEntry
 from clmagic.store.directory import scan as directory_scan
@@ -172,6 +172,8 @@ class DirectoryStore(Store):
                 entry = read_entry(fh, size, key, fingerprint, self._usage(path, size))
         except OSError as exc:  # e.g. a directory where the file should be
             raise CorruptEntry(f"cannot read {path.name}: {exc.strerror}") from None
+        except OtherFormat:
+            return None  # an older clmagic's entry: a miss; the save replaces it, or it ages out
         return self._vet(entry)
 
     def _sweep(self, path: Path) -> int:

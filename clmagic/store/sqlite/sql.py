@@ -33,7 +33,7 @@ CREATE TABLE IF NOT EXISTS entries (
     build_ms      REAL    NOT NULL,
     source_bytes  INTEGER NOT NULL,
     binary_bytes  INTEGER NOT NULL,
-    binary_sha256 TEXT    NOT NULL,
+    binary_sha256 TEXT    NOT NULL,  -- format 1 checksum, empty in later rows
     created       REAL    NOT NULL,
     extra         TEXT    NOT NULL,  -- the other metadata (build log, versions) as JSON
     binary        BLOB    NOT NULL,
@@ -82,8 +82,10 @@ SQL_READ = f"SELECT {_META_COLS}, binary FROM entries WHERE {_ONE}"
 #: every entry's name and the sizes to bound before reading it (bundles)
 SQL_SIZES = (f"SELECT fingerprint, key, length(binary), {TEXT_BYTES} "
              "FROM entries WHERE format = ? LIMIT ?")
-SQL_PUT = (f"INSERT OR REPLACE INTO entries (format, {_META_COLS}, binary) "
-           f"VALUES (?{', ?' * (len(_ENTRY_COLS) + 1)})")
+#: (the format-1 column ``binary_sha256`` gets '': a format-2 entry's checksum is its
+#: ``binary_xxh3``, kept in ``extra``; the schema stays, so one file serves both releases)
+SQL_PUT = (f"INSERT OR REPLACE INTO entries (format, binary_sha256, {_META_COLS}, binary) "
+           f"VALUES (?, ''{', ?' * (len(_ENTRY_COLS) + 1)})")
 SQL_USE_RESET = ("INSERT OR REPLACE INTO usage (format, fingerprint, key, hits, last_used) "
                  "VALUES (?, ?, ?, 0, ?)")
 # count a hit only for an entry that exists; touches the usage row alone
@@ -95,9 +97,10 @@ SQL_DELETE = f"DELETE FROM entries WHERE {_ONE}"
 SQL_USE_DELETE = f"DELETE FROM usage WHERE {_ONE}"
 #: every entry with its usage: the entry columns, hits, last use, stored bytes
 SQL_LIST = f"SELECT {_E_COLS}, {_USE}, {_SIZE} FROM {_FROM} WHERE e.format = ?"
-#: every entry's name, size, last use and build time (for eviction): no metadata parsed
-SQL_USES = (f"SELECT e.fingerprint, e.key, {_SIZE}, coalesce(u.last_used, e.created), e.created "
-            f"FROM {_FROM} WHERE e.format = ?")
+#: every entry's name, size, last use, build time and format (for eviction): no metadata
+#: parsed; the entries of older formats too, which are misses and age out with the rest
+SQL_USES = (f"SELECT e.fingerprint, e.key, {_SIZE}, coalesce(u.last_used, e.created), e.created, "
+            f"e.format FROM {_FROM} WHERE e.format <= ?")
 SQL_SIZE = f"SELECT count(*), coalesce(sum({_SIZE}), 0) FROM entries AS e WHERE e.format = ?"
 SQL_CLEAR = "DELETE FROM entries WHERE format = ?"
 SQL_USE_CLEAR = "DELETE FROM usage WHERE format = ?"

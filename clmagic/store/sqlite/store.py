@@ -185,20 +185,24 @@ class SQLiteStore(SQLiteFile):
         return self.path.with_name(self.path.name + ".stats")
 
     def usage_list(self) -> list[Use]:
-        """Every entry's last use and size, from the columns (no metadata parsed)."""
-        return [Use(float(last or 0.0), int(size or 0), fp, key, created)
-                for fp, key, size, last, created in self._select(SQL_USES, None)]
+        """Every entry's last use and size, from the columns (no metadata parsed), of this
+        format and the older ones (so that an older clmagic's entries age out)."""
+        return [Use(float(last or 0.0), int(size or 0), fp, key, (form, created))
+                for fp, key, size, last, created, form in self._select(SQL_USES, None)]
 
     def remove_uses(self, victims: list[Use]) -> list[Use]:
         """Delete these entries in one transaction, each unless it was saved again since it
-        was listed (its ``created`` changed)."""
+        was listed (its ``created`` changed); the token says its format and build time."""
         gone: list[Use] = []
 
         def work(conn: sqlite3.Connection) -> int:
             gone.clear()
             for v in victims:
-                args = (FORMAT_VERSION, v.fingerprint, v.key)
-                if conn.execute(SQL_DELETE + " AND created = ?", (*args, v.token)).rowcount:
+                if not (isinstance(v.token, tuple) and len(v.token) == 2):
+                    continue  # listed by no usage_list of this store
+                form, created = v.token
+                args = (form, v.fingerprint, v.key)
+                if conn.execute(SQL_DELETE + " AND created = ?", (*args, created)).rowcount:
                     conn.execute(SQL_USE_DELETE, args)
                     conn.execute(SQL_CODE_DELETE, args)
                     gone.append(v)
@@ -276,6 +280,13 @@ class SQLiteStore(SQLiteFile):
         """At most ``limit`` raw (name, value) rows of a bundle's manifest, unchecked."""
         return [(r[0], r[1]) for r in self._query(f"SELECT name, value FROM manifest "
                                                  f"LIMIT {int(limit)}")]
+
+    def formats(self) -> dict[int, int]:
+        """Format version → how many entries of it the file holds (a bundle made by an older
+        clmagic holds none of this one's). Raises ``sqlite3.Error``."""
+        return {int(f): int(n) for f, n in self._query(
+            "SELECT format, count(*) FROM entries GROUP BY format LIMIT 100")
+            if isinstance(f, int) and isinstance(n, int)}
 
     def sizes(self, limit: int) -> list[tuple[Any, ...]]:
         """(fingerprint, key, binary bytes, text bytes) of at most ``limit`` rows, unchecked:
