@@ -181,23 +181,34 @@ def test_managing_and_sharing(twice):
         assert imported.startswith("imported 2, skipped 0")
 
 
-def test_tuning_builds_every_tile_size_once_and_checks_against_numpy(twice):
+def test_tuning_sweeps_through_the_cache_and_checks_against_numpy(twice, tmp_path):
     first, second = twice("03-tuning-with-defines.ipynb")
-    sizes = ["2", "4", "8", "16", "32"]
-    fresh = ["MISS", "MISS", "MEMORY", "MISS", "MISS"]
-    again = ["HIT", "HIT", "MEMORY", "HIT", "HIT"]
-    for nb, words in ((first, fresh), (second, again)):
-        rows = frame_rows(output_of(nb, "timings = pd.DataFrame"))
-        assert list(rows) == sizes
-        assert [rows[ts]["outcome"] for ts in sizes] == words
-        assert len({rows[ts]["key"] for ts in sizes}) == len(sizes)  # one key per tile size
-        assert all(float(rows[ts]["max_error"]) < 1e-3 for ts in sizes)  # against numpy
-        plot = output_of(nb, "plt.show()")
-        assert any("image/png" in o.get("data", {}) for o in plot)
+    variants = [("8", "1"), ("8", "4"), ("8", "16"), ("16", "1"), ("16", "4"), ("16", "16")]
+    refused = ("8", "16")  # WPT must divide TS: the #error
+    for nb, word, resumed in ((first, "MISS", "False"), (second, "HIT", "True")):
+        facts = text_of(output_of(nb, 'facts = r.kernel_info["matmul"]'))
+        assert "local memory 512 B (As and Bs" in facts and "global   float*         A" in facts
+        assert "median" in text_of(output_of(nb, "%cltime -r 3 matmul("))
+        rows = list(frame_rows(output_of(nb, "sweep = clmagic.sweep(")).values())
+        assert [(r["TS"], r["WPT"]) for r in rows] == variants
+        for r in rows:
+            if (r["TS"], r["WPT"]) == refused:
+                assert r["outcome"] == "FAILED" and "WPT must divide TS" in r["error"], r
+            else:  # built (then loaded) and timed, or its timing kept from the first run
+                assert (r["outcome"], r["error"], r["resumed"]) == (word, "", resumed), r
+                assert float(r["median_us"]) > 0
+        plot = output_of(nb, "clmagic.plot_sweep(sweep)")
+        assert [o for o in plot if "image/png" in o.get("data", {})]
+        best = text_of(output_of(nb, 'best = clmagic.build(MATMUL, sweep.attrs["best_options"])'))
+        assert best.startswith("best: -DTS=") and "(MEMORY)" in best  # checked in the cell
+        assert len(frame_rows(output_of(nb, "kernels = clmagic.kernels_frame()"))) == 6
     # a HIT reports the build time that the first run measured
-    build_ms = [frame_rows(output_of(nb, "timings = pd.DataFrame"))["4"]["build_ms"]
-                for nb in (first, second)]
+    build_ms = [[r["build_ms"] for r in frame_rows(output_of(nb, "sweep = clmagic.sweep(")
+                                                   ).values()] for nb in (first, second)]
     assert build_ms[0] == build_ms[1]
+    # the sweep's timings are in the cache folder; nothing is left beside the notebook
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cache"]
+    assert len(list((tmp_path / "cache" / "sweeps").glob("*.json"))) == 1
 
 
 def test_every_program_builds_then_loads_in_a_new_kernel(twice):
