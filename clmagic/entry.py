@@ -48,8 +48,8 @@ class OtherFormat(Exception):
     ages out of the store as every unused entry does."""
 
     def __init__(self, version: int) -> None:
-        self.version = version
         super().__init__(f"format {version}, this clmagic reads {FORMAT_VERSION}")
+        self.version = version
 
 
 def checksum(data: bytes | bytearray | memoryview) -> str:
@@ -340,10 +340,9 @@ def canonical(meta: EntryMeta) -> bytes:
     return _CANONICAL.encode(doc).encode()
 
 
-def _signed_parts(meta: EntryMeta, binary: bytes | bytearray | memoryview
-                  ) -> tuple[bytes, bytes, bytes | bytearray | memoryview]:
-    """What a signature covers: the canonical metadata's length, the metadata, the binary (the
-    length first, so no split of the same bytes signs the same)."""
+def _signed_parts(meta: EntryMeta, binary: Any) -> tuple[bytes, bytes, Any]:
+    """What a signature covers: the metadata's length (so no other split of the same bytes
+    signs the same), the canonical metadata, the binary."""
     raw = canonical(meta)
     return struct.pack("<Q", len(raw)), raw, binary
 
@@ -353,17 +352,13 @@ def seal(meta: EntryMeta, secret: Secret | None,
     """``meta`` with its digest, and its signature when a team ``secret`` is given (which then
     needs the entry's ``binary``: the signature covers it)."""
     raw = canonical(meta)
-    if secret is None:
-        sig = ""
-    elif binary is None:
+    if secret is not None and binary is None:
         raise ValueError("a signature covers the binary: seal(meta, secret, binary)")
-    else:
-        sig = secret.mac(*_signed_parts(meta, binary))
+    sig = "" if secret is None else secret.mac(*_signed_parts(meta, binary))
     return dataclasses.replace(meta, digest=checksum(raw), signature=sig)
 
 
-def signed(meta: EntryMeta, secret: Secret, binary: bytes | bytearray | memoryview
-           ) -> bool | None:
+def signed(meta: EntryMeta, secret: Secret, binary: bytes | bytearray | memoryview) -> bool | None:
     """Whether ``meta`` and ``binary`` carry a valid signature for ``secret``: ``None`` when
     unsigned."""
     if not meta.signature:
