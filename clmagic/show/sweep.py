@@ -66,6 +66,9 @@ def _bar(total: int, show: bool) -> Iterator[Callable[[str, str], None] | None]:
     bar = tqdm(total=total, desc="sweep", unit="step", leave=False)
     try:
         def step(label: str, what: str) -> None:
+            if what == "finished":  # the steps not needed (refused, resumed) are not owed:
+                bar.total = bar.n  # a bar short of its total is drawn red, as if it failed
+                return
             bar.set_postfix_str(f"{label} {what}", refresh=False)
             bar.update(1)
 
@@ -100,7 +103,10 @@ def sweep_with_bar(source: str, params: Mapping[str, Sequence[object]],
     for values in params.values():
         n *= max(len(values), 1)
     with _bar(n * (2 if run is not None else 1), progress) as step:
-        return sweep_run(source, params, run, progress=step, **kwargs)
+        done = sweep_run(source, params, run, progress=step, **kwargs)
+        if step is not None and not done.interrupted:  # an interrupted sweep's bar stays short
+            step("", "finished")
+        return done
 
 
 def plot_sweep(df: pd.DataFrame, ax: Axes | None = None) -> Axes:
