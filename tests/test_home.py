@@ -17,9 +17,10 @@ from conftest import ROOT, SAXPY, child_env
 
 LOOK = """
 import json, clmagic
+from clmagic.show import text_of  # the reports' words, as a cell or the command line shows them
 c = clmagic.get_compiler()
-print(json.dumps([c.store.location, str(clmagic.cache_info()).splitlines()[0],
-                  len(clmagic.cache_frame()), str(clmagic.clear_cache()),
+print(json.dumps([c.store.location, text_of(clmagic.cache_info()).splitlines()[0],
+                  len(clmagic.cache_frame()), text_of(clmagic.clear_cache()),
                   clmagic.stats().hits]))
 """
 
