@@ -13,7 +13,7 @@ import re
 import time
 
 __all__ = ["fmt_bytes", "fmt_duration", "fmt_ms", "fmt_time", "short_key", "count_of",
-           "device_label", "map_log_lines"]
+           "device_label", "map_log_lines", "short_paths", "middle_cut", "tidy_log"]
 
 
 def fmt_ms(ms: float) -> str:
@@ -46,14 +46,18 @@ def device_label(platform_name: str, device_name: str) -> str:
 
 
 def fmt_bytes(n: int) -> str:
-    """``512 B``, ``12.3 KB``, ``4.56 MB`` (powers of 1000)."""
-    if n < 1000:
+    """``512 B``, ``12.3 KiB``, ``4.6 MiB``, ``1 GiB``: powers of 1024 everywhere (the size
+    limit's default is 1 GiB, and a limit read in one unit and shown in another reads as two
+    numbers), one decimal, none where it is zero."""
+    if n < 1024:
         return f"{n} B"
-    if n < 1_000_000:
-        return f"{n / 1000:.1f} KB"
-    if n < 1_000_000_000:
-        return f"{n / 1_000_000:.2f} MB"
-    return f"{n / 1_000_000_000:.2f} GB"
+    value, unit = float(n), "B"
+    for unit in ("KiB", "MiB", "GiB", "TiB"):
+        value /= 1024
+        if value < 1024:
+            break
+    text = f"{value:.1f}" if value < 100 else f"{value:.0f}"
+    return f"{text.removesuffix('.0')} {unit}"
 
 
 def fmt_duration(ms: float) -> str:
@@ -88,3 +92,114 @@ def map_log_lines(log: str, line_offset: int = 0) -> str:
         return f"line {int(m['line']) + line_offset}{col}:"
 
     return _LOC.sub(repl, log)
+
+
+# -- long paths in a table cell ------------------------------------------------------------------
+
+#: an absolute path: at the start, after a space or ``=``, or glued to ``-I`` (``-I/usr/include``)
+_PATH = re.compile(r"(?:^|(?<=[\s=])|(?<=-I))/[^\s\"',;]+")
+_PACKAGES = re.compile(r"/(?:site|dist)-packages/([^/]+)(/.*)?$")
+#: a path longer than this is cut in its middle, after the named prefixes
+PATH_WIDTH = 32
+
+
+def middle_cut(text: str, width: int) -> str:
+    """``text`` at most ``width`` characters, its middle replaced by ``…`` (the start says where,
+    the end says what: ``/opt/…/include/cl``), unchanged when it fits."""
+    if len(text) <= width:
+        return text
+    if width < 2:
+        return text[:width]
+    head = (width - 1) // 3
+    return text[:head] + "…" + text[len(text) - (width - 1 - head):]
+
+
+def _short_path(path: str, home: str) -> str:
+    found = _PACKAGES.search(path)
+    if found:  # an installed package's folder: named by its package
+        path = f"<{found[1]}>{found[2] or ''}"
+    elif home and home != "/" and (path == home or path.startswith(home + "/")):
+        path = "~" + path[len(home):]
+    return middle_cut(path, PATH_WIDTH)
+
+
+def short_paths(text: str) -> str:
+    """``text`` (build options, a note) with each absolute path shortened for a table:
+    an installed package's folder by its name (``-I /…/site-packages/pyopencl/cl`` →
+    ``-I <pyopencl>/cl``), the home folder as ``~``, anything still long cut in its middle.
+    Only for showing: the data keeps the full value, and the table shows it in a tooltip."""
+    if "/" not in text:
+        return text
+    import os
+
+    home = os.path.expanduser("~").rstrip("/")
+    return _PATH.sub(lambda m: _short_path(m[0], home), text)
+
+
+# -- a build log as shown ------------------------------------------------------------------------
+
+_HEAD = re.compile(r"^(?:(?:fatal error|error|warning|note|remark)\s*:|\S+:\d+:(?:\d+:)?\s)",
+                   re.IGNORECASE)
+_AT = re.compile(r"\bline (?P<line>\d+)(?::(?P<col>\d+))?:")
+#: the driver's own tail lines, said by clmagic already: POCL's "Device X failed to build the
+#: program" (the error's first line says it), clang's "2 warnings generated." (the line counts)
+_SAID = re.compile(r"^(?:Device .+ failed to build the program\.?|\d+ (?:warnings?|errors?)"
+                   r"(?: and \d+ (?:warnings?|errors?))? generated\.)$")
+_CARET = re.compile(r"^\s*(?:\d+\s*\|\s*)?[\s~]*\^[\s~]*$")
+
+
+def _messages(lines: list[str]) -> list[list[str]]:
+    """The log cut into messages: a line that opens one (``error: …``, ``x.h:3:1: …``) and the
+    lines under it (a source echo, a caret, notes a driver indents)."""
+    out: list[list[str]] = []
+    for line in lines:
+        if not out or _HEAD.match(line.lstrip()):
+            out.append([line])
+        else:
+            out[-1].append(line)
+    return out
+
+
+def _code_under(head: str, source_lines: list[str], line_offset: int) -> list[str]:
+    """The cell's line a message points at, and a caret under its column (gcc's gutter:
+    `` 4 |     int i = f(0)`` / ``   |                 ^``); nothing when it points elsewhere."""
+    at = _AT.search(head)
+    if at is None:
+        return []
+    n = int(at["line"])
+    index = n - line_offset - 1
+    if not 0 <= index < len(source_lines):
+        return []
+    code = source_lines[index].rstrip("\r\n")
+    gutter = f"{n:>4} | "
+    shown = [gutter + code]
+    if at["col"]:  # the driver's column counts bytes from 1; tabs stay tabs so the caret aligns
+        before = code.encode("utf-8")[:max(int(at["col"]) - 1, 0)].decode("utf-8", "ignore")
+        pad = "".join("\t" if ch == "\t" else " " for ch in before)
+        shown.append(" " * (len(gutter) - 2) + "| " + pad + "^")
+    return shown
+
+
+def tidy_log(log: str, line_offset: int = 0, source: str | None = None) -> str:
+    """A driver's build log as a person reads it: locations as the cell's line numbers
+    (:func:`map_log_lines`), each message once (POCL reports a ``#warning`` twice), the
+    driver's tail lines that repeat what clmagic says dropped, and, given the ``source``, the
+    cell's line under each message that points into it, with a caret at the column (as clang
+    and ``%%cython`` show them), unless the driver showed it already."""
+    mapped = map_log_lines(log.strip(), line_offset)
+    lines = [line for line in mapped.splitlines() if not _SAID.match(line.strip())]
+    if not any(line.strip() for line in lines):
+        return mapped  # nothing but the tail line: keep what the driver said
+    source_lines = source.splitlines() if source else []
+    seen: set[tuple[str, ...]] = set()
+    out: list[str] = []
+    for message in _messages(lines):
+        key = tuple(line.rstrip() for line in message)
+        if key in seen:
+            continue
+        seen.add(key)
+        out.append(message[0])
+        if source_lines and not any(_CARET.match(line) for line in message[1:]):
+            out += _code_under(message[0], source_lines, line_offset)
+        out += message[1:]
+    return "\n".join(out).strip("\n")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from clmagic._format import map_log_lines
+from clmagic._format import tidy_log
 
 __all__ = ["ClmagicError", "DeviceError", "OptionsError", "BuildError", "CorruptEntry"]
 
@@ -27,11 +27,14 @@ class CorruptEntry(Exception):
 
 
 class BuildError(ClmagicError):
-    """The driver refused to build the source; carries the driver's build log."""
+    """The driver refused to build the source; carries the driver's build log, as shown: the
+    cell's line numbers, each message once, and, given the ``source``, the line each message
+    points at with a caret under its column (:func:`clmagic._format.tidy_log`)."""
 
-    def __init__(self, log: str, *, options: str, device: str, line_offset: int = 0):
+    def __init__(self, log: str, *, options: str, device: str, line_offset: int = 0,
+                 source: str | None = None):
         self.raw_log = log
-        self.log = map_log_lines(log.strip(), line_offset) or "(the driver gave no build log)"
+        self.log = tidy_log(log, line_offset, source) or "(the driver gave no build log)"
         self.options = options
         self.device = device
         shown = f" (options: {options})" if options else ""

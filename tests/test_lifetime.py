@@ -113,7 +113,7 @@ def test_lifetime_statistics_survive_the_process_and_show_beside_the_session(kin
     assert dev.lifetime["HIT"] == 2 and dev.lifetime.saved_ms > 0
     text = text_of(s)
     assert "session" in text and "lifetime" in text and "evictions" in text
-    assert "limit 1.07 GB" in text
+    assert "limit 1 GiB" in text
     html = html_of(s)
     assert "<th>lifetime</th>" in html
     data = s.as_dict()

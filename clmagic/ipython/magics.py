@@ -262,9 +262,9 @@ class CLMagics(Magics):
         if not views.shows(self.shell, type(result)):
             display(result)
             return
-        from clmagic.show.line import result_bundle
+        from clmagic.show.live import display_result
 
-        display(result_bundle(result), raw=True)
+        display_result(result)  # "saving", then "saved" in place when the save ends
 
     @magic_arguments()
     @argument("command", nargs="?", metavar="COMMAND", choices=CLCACHE_COMMANDS,

@@ -102,6 +102,10 @@ class Built:
     #: what the compiler made of each kernel (:mod:`clmagic.opencl.facts`); ``None``: not known
     #: (a program loaded from an entry saved before clmagic kept them, or no kernels made)
     facts: Mapping[str, KernelFacts] | None = None
+    #: a one-time cost inside this load or build, and what it was (a binary from elsewhere
+    #: checked in a child process): said apart on the result line, not as the load's time
+    once_ms: float = 0.0
+    once_what: str = ""
 
 
 class BuildFailed(Exception):

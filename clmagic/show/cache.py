@@ -12,7 +12,8 @@ import html
 import time
 from typing import TYPE_CHECKING
 
-from clmagic._format import count_of, fmt_bytes, fmt_duration, fmt_ms, short_key
+from clmagic._format import (count_of, fmt_bytes, fmt_duration, fmt_ms, middle_cut, short_key,
+                             short_paths)
 
 if TYPE_CHECKING:
     from clmagic.cache.bundle import BundleReport, ImportReport
@@ -74,12 +75,11 @@ def stats_text(s: Stats) -> str:
                  f"{fmt_bytes(s.bytes)} · {_limit(s)}")
     for d in s.devices:
         line = (f"  {d.label} ({d.fingerprint}): {count_of(d.entries, 'entry')}, "
-                f"{fmt_bytes(d.bytes)}, "
-                f"{d.hits} hits")
+                f"{fmt_bytes(d.bytes)}, {count_of(d.hits, 'hit')}")
         if d.lifetime is not None:
             t = d.lifetime
-            line += (f" · lifetime {t['HIT']} hits, {t['MISS']} misses, "
-                     f"{t.evictions} evictions")
+            line += (f" · lifetime {count_of(t['HIT'], 'hit')}, {t['MISS']} misses, "
+                     f"{count_of(t.evictions, 'eviction')}")
         lines.append(line)
     return "\n".join(lines)
 
@@ -108,7 +108,7 @@ def stats_html(s: Stats) -> str:
 # -- cache management: what a clear removed, where the cache is -----------------------------
 
 def removed_text(r: Removed) -> str:
-    """``removed 3 entries (12.3 KB) from directory cache /path``."""
+    """``removed 3 entries (12.3 KiB) from directory cache /path``."""
     where = f" from {r.location}" if r.location else ""
     return f"removed {count_of(r.entries, 'entry')} ({fmt_bytes(r.bytes)}){where}"
 
@@ -148,37 +148,50 @@ def device_option(info: DeviceInfo) -> str:
 
 
 #: the header over :func:`entry_line` rows
-ENTRY_HEAD = (f"{'key':<13} {'kernels':<24} {'options':<22} {'binary':>9} {'build':>10} "
+ENTRY_HEAD = (f"{'key':<13} {'kernels':<24} {'options':<22} {'size':>9} {'build':>10} "
               f"{'hits':>5}  last used")
+
+
+def entry_options(options: str) -> str:
+    """An entry's options as a table cell shows them: long paths shortened
+    (:func:`clmagic._format.short_paths`: ``-I <pyopencl>/cl``), ``-`` for none."""
+    return short_paths(options) if options else "-"
 
 
 def entry_line(e: Entry) -> str:
     """One entry as a fixed-width row: short key (two builds that differ only in a header's
-    contents differ there), kernels, options, binary size, build time, hits, last use (local
+    contents differ there), kernels, options (long paths shortened, then cut in the middle:
+    the build time and hits stay in view), size (what the store reports it takes: the one
+    size of an entry, as the status and a clear count it), build time, hits, last use (local
     time, to the second)."""
     m = e.meta
-    kernels = ", ".join(m.kernels) or "(none)"
-    opts = m.options or "-"
+    kernels = middle_cut(", ".join(m.kernels) or "(none)", 24)
+    opts = middle_cut(entry_options(m.options), 22)
     used = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(e.last_used))
-    return (f"{short_key(e.key):<13} {kernels[:24]:<24} {opts[:22]:<22} "
-            f"{fmt_bytes(m.binary_bytes):>9} {fmt_ms(m.build_ms):>10} {e.usage.hits:>5}  {used}")
+    return (f"{short_key(e.key):<13} {kernels:<24} {opts:<22} "
+            f"{fmt_bytes(e.usage.stored_bytes):>9} {fmt_ms(m.build_ms):>10} "
+            f"{e.usage.hits:>5}  {used}")
 
 
-def panel_status_html(entries: list[Entry], s: Stats, where: str, total: int = 0) -> str:
-    """The panel's status line: entries and MB of the device, the session's hit rate and time
-    saved, and where the store is; then, where the store keeps lifetime figures, its size
-    (``total`` bytes) against its limit (``s.max_size``) and the lifetime figures."""
+def panel_status_html(entries: list[Entry], s: Stats, where: str, total: int = 0,
+                      device: str = "this device") -> str:
+    """The panel's status, each figure with its scope: the shown ``device``'s entries and the
+    bytes they take, this session's hit rate and time saved *on that device* (``s`` holds its
+    trips), where the store is; then, where the store keeps lifetime figures, the whole store
+    (``total`` bytes, all devices) against its limit (``s.max_size``), and the device's
+    lifetime figures (``s.lifetime``)."""
     size = sum(e.usage.stored_bytes for e in entries)
     n = count_of(len(entries), "entry").split(" ", 1)
-    text = (f"<b>{n[0]}</b> {n[1]} · <b>{fmt_bytes(size)}</b> · hit rate "
-            f"<b>{_rate(s.hit_rate)}</b> · <b>{fmt_duration(s.saved_ms)}</b> saved this "
-            f"session · <code>{html.escape(where)}</code>")
+    text = (f"{html.escape(device)}: <b>{n[0]}</b> {n[1]} · <b>{fmt_bytes(size)}</b> · this "
+            f"session on it: hit rate <b>{_rate(s.hit_rate)}</b>, "
+            f"<b>{fmt_duration(s.saved_ms)}</b> saved · <code>{html.escape(where)}</code>")
     life = s.lifetime
     if life is not None:
-        text += (f"<br>store: <b>{fmt_bytes(total)}</b>, {html.escape(_limit(s, total))} · "
-                 f"lifetime: hit rate <b>{_rate(life.hit_rate)}</b>, "
-                 f"<b>{fmt_duration(life.saved_ms)}</b> saved, <b>{life.evictions}</b> "
-                 "evictions")
+        evicted = count_of(life.evictions, "eviction").split(" ", 1)
+        text += (f"<br>store (all devices): <b>{fmt_bytes(total)}</b>, "
+                 f"{html.escape(_limit(s, total))} · lifetime on {html.escape(device)}: hit "
+                 f"rate <b>{_rate(life.hit_rate)}</b>, <b>{fmt_duration(life.saved_ms)}</b> "
+                 f"saved, <b>{evicted[0]}</b> {evicted[1]}")
     return text
 
 
@@ -186,7 +199,7 @@ def panel_status_html(entries: list[Entry], s: Stats, where: str, total: int = 0
 
 def export_text(r: BundleReport) -> str:
     devs = ", ".join(f"{d['device']} ({d['entries']})" for d in r.devices) or "no devices"
-    bad = f", {r.failed} damaged entries left out" if r.failed else ""
+    bad = f", {count_of(r.failed, 'damaged entry')} left out" if r.failed else ""
     return (f"exported {count_of(r.entries, 'entry')} ({fmt_bytes(r.bytes)}) to {r.path}: "
             f"{devs}{bad}")
 

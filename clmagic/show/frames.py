@@ -17,8 +17,9 @@ from clmagic.entry import META_FIELDS, Usage, sane_time
 from clmagic.process.session import or_default
 from clmagic.cache.manage import device_fingerprints, entry_origin
 from clmagic.trip.records import from_origin
-from clmagic._format import count_of, device_label, fmt_bytes, fmt_ms, fmt_time, short_key
-from clmagic.show.line import table_html
+from clmagic._format import (count_of, device_label, fmt_bytes, fmt_ms, fmt_time, middle_cut,
+                             short_key, short_paths)
+from clmagic.show.line import Cell, table_html
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -49,7 +50,7 @@ HISTORY_COLUMNS: dict[str, str] = {
 }
 
 
-def _frame(columns: dict[str, list], dtypes: dict[str, str]) -> pd.DataFrame:
+def _frame(columns: dict[str, list[Any]], dtypes: dict[str, str]) -> pd.DataFrame:
     import pandas as pd
 
     data = {}
@@ -80,10 +81,35 @@ def _text(v: Any) -> str:
     return "" if v is None or v != v else str(v)
 
 
+#: the widest a text column is shown (options, notes): a history's ten columns fit 1280 px;
+#: the cell's tooltip has it all
+_TEXT_WIDTH = 36
+
+
+def _shortened(v: Any) -> Cell:
+    """Options shortened for the table, in full in the tooltip: paths by
+    :func:`clmagic._format.short_paths`, then cut in the middle (the end is the last option)."""
+    full = _text(v)
+    return middle_cut(short_paths(full), _TEXT_WIDTH), full
+
+
+def _said(v: Any) -> Cell:
+    """A note cut at its end for the table (its start says what happened), in full in the
+    tooltip."""
+    full = short_paths(_text(v))
+    shown = full if len(full) <= _TEXT_WIDTH else full[:_TEXT_WIDTH - 1].rstrip() + "…"
+    return shown, _text(v)
+
+
+def _clock(v: Any) -> str:
+    """A moment of one day's history: ``16:02:11`` (the day and UTC are said under it)."""
+    return "" if v is None or v != v else fmt_time(v.timestamp())[11:19]
+
+
 _SHOWN: dict[str, list[tuple[str, str, Any]]] = {
     "cache": [("key", "key", short_key), ("kernels", "kernels", _text),
-              ("options", "options", _text), ("device", "device", None),
-              ("binary_bytes", "binary", lambda v: fmt_bytes(int(v))),
+              ("options", "options", _shortened), ("device", "device", None),
+              ("stored_bytes", "size", lambda v: fmt_bytes(int(v))),
               ("build_ms", "build", _ms_or_blank), ("hits", "hits", _text),
               ("last_used", "last used", _when)],
     "history": [("time", "time", _when), ("outcome", "outcome", _text),
@@ -91,18 +117,21 @@ _SHOWN: dict[str, list[tuple[str, str, Any]]] = {
                 ("build_ms", "build", _ms_or_blank),
                 ("saved_ms", "saved", lambda v: _ms_or_blank(v) if v else ""),
                 ("device", "device", _text), ("key", "key", short_key),
-                ("options", "options", _text), ("note", "note", _text)],
+                ("options", "options", _shortened), ("note", "note", _said)],
 }
-_NUMERIC = frozenset({"binary", "build", "hits", "took", "saved"})
+_NUMERIC = frozenset({"size", "build", "hits", "took", "saved"})
 
 
 def frame_html(df: pd.DataFrame, kind: str) -> str:
     """The readable table of a :func:`cache_frame` (``kind="cache"``) or :func:`history_frame`
     (``"history"``): shown columns formatted, the rest named under it."""
     shown = [c for c in _SHOWN[kind] if c[0] in df.columns]
+    day = _one_day(df) if kind == "history" else None
+    if day:  # a session of one day: its moments as clock times, the day said once below
+        shown = [(c, h, _clock if c == "time" else f) for c, h, f in shown]
     rows = []
     for _, rec in df.head(_MAX_ROWS).iterrows():
-        row = []
+        row: list[Cell] = []
         for col, _head, fmt in shown:
             if col == "device" and kind == "cache":
                 row.append(device_label(_text(rec.get("platform")), _text(rec["device"])))
@@ -115,8 +144,15 @@ def frame_html(df: pd.DataFrame, kind: str) -> str:
         note += f" (the first {_MAX_ROWS} shown)"
     if hidden:
         note += f" · also in the DataFrame: {', '.join(hidden)}"
-    note += " · keys shortened, times in UTC to the second (the data is exact)"
+    note += (" · keys and long paths shortened (a cell's tooltip has it in full), times in UTC"
+             f"{f' on {day}' if day else ''} to the second (the data is exact)")
     return table_html([h for _, h, _ in shown], rows, note, _NUMERIC)
+
+
+def _one_day(df: pd.DataFrame) -> str | None:
+    """The one UTC day every trip of a history frame is on (``2026-12-01``), else ``None``."""
+    days = {fmt_time(t.timestamp())[:10] for t in df["time"] if t == t}
+    return days.pop() if len(days) == 1 else None
 
 
 @functools.cache
@@ -124,7 +160,9 @@ def _readable(kind: str) -> type:
     """A DataFrame class whose notebook display is :func:`frame_html` (pandas imported here)."""
     import pandas as pd
 
-    class DataFrame(pd.DataFrame):  # operations on it give plain DataFrames (_constructor)
+    # operations on it give plain DataFrames (_constructor); the ignore: pandas ships no
+    # types here (no pandas-stubs), so its DataFrame is Any to mypy
+    class DataFrame(pd.DataFrame):  # type: ignore[misc]
         def _repr_html_(self) -> str:
             return frame_html(self, kind)
 
@@ -179,7 +217,7 @@ def history_frame(*, compiler: Compiler | None = None, origin: str | None = None
     (written to the store), ``note``, ``origin`` (``cell``, or the module that called
     ``pyopencl.Program.build`` under :func:`clmagic.install`); ``origin`` keeps only those trips.
     """
-    cols: dict[str, list] = {name: [] for name in HISTORY_COLUMNS}
+    cols: dict[str, list[Any]] = {name: [] for name in HISTORY_COLUMNS}
     for r in or_default(compiler).history.records:
         if not from_origin(r.origin, origin):
             continue

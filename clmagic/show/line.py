@@ -14,7 +14,7 @@ import html
 import re
 from typing import TYPE_CHECKING
 
-from clmagic._format import count_of, fmt_ms, map_log_lines
+from clmagic._format import count_of, fmt_ms, short_paths, tidy_log
 from clmagic.show.facts import facts_html
 
 if TYPE_CHECKING:
@@ -37,16 +37,27 @@ _SETUP_SHOWN_MS = 5.0
 _WARNING = re.compile(r"\bwarning:", re.IGNORECASE)
 
 
-def table_html(head: list[str], rows: list[list[str]], note: str = "",
+#: a table cell: its text, or (text shown, full value for its tooltip)
+Cell = str | tuple[str, str]
+
+
+def _td(style: str, value: Cell) -> str:
+    shown, full = (value, "") if isinstance(value, str) else value
+    title = f' title="{html.escape(full)}"' if full and full != shown else ""
+    return f'<td style="{style}"{title}>{html.escape(shown)}</td>'
+
+
+def table_html(head: list[str], rows: list[list[Cell]], note: str = "",
                numeric: frozenset[str] = frozenset()) -> str:
     """A table a person can read: no wrapping inside a value, scrolls sideways when wide,
-    ``numeric`` columns right-aligned, and a note under it."""
+    ``numeric`` columns right-aligned, and a note under it. A cell given as (shown, full)
+    shows the first and has the full value as its tooltip (a long path shortened)."""
     cell = "padding:2px 8px;white-space:nowrap;border-bottom:1px solid #ddd;"
     heads = "".join(f'<th style="{cell}text-align:{"right" if h in numeric else "left"}">'
                     f"{html.escape(h)}</th>" for h in head)
     body = "".join(
-        "<tr>" + "".join(f'<td style="{cell}text-align:{"right" if h in numeric else "left"}">'
-                         f"{html.escape(v)}</td>" for h, v in zip(head, row)) + "</tr>"
+        "<tr>" + "".join(_td(f'{cell}text-align:{"right" if h in numeric else "left"}', v)
+                         for h, v in zip(head, row)) + "</tr>"
         for row in rows)
     foot = f'<div style="font-size:85%;color:#666">{html.escape(note)}</div>' if note else ""
     return (f'<div class="clmagic-frame" style="overflow-x:auto">'
@@ -54,26 +65,44 @@ def table_html(head: list[str], rows: list[list[str]], note: str = "",
             f"<thead><tr>{heads}</tr></thead><tbody>{body}</tbody></table>{foot}</div>")
 
 
-def _parts(r: BuildResult) -> list[str]:
-    names = ", ".join(r.kernels) or "(no kernels)"
-    if r.outcome == "HIT":
-        timing = f"loaded in {fmt_ms(r.ms)} (build was {fmt_ms(r.build_ms)})"
-    elif r.outcome == "MEMORY":
-        timing = f"{fmt_ms(r.ms)} from memory (build was {fmt_ms(r.build_ms)})"
-    elif r.outcome == "REKEYED":
-        timing = f"loaded in {fmt_ms(r.ms)} (build was {fmt_ms(r.build_ms)})"
-    elif r.outcome == "CORRUPT":
+def _timing(r: BuildResult) -> str:
+    """How long the trip took, in the words of its outcome. A load's time is the load alone:
+    a one-time cost inside the trip (``once_ms``) is said apart (:func:`_once`); ``r.ms``, the
+    whole trip, is named "in all" wherever it reads as another number than the one said."""
+    rec = r.record
+    load = r.ms - rec.once_ms
+    if r.outcome in ("HIT", "REKEYED"):
+        return f"loaded in {fmt_ms(load)} (build was {fmt_ms(r.build_ms)})"
+    if r.outcome == "MEMORY":
+        return f"{fmt_ms(r.ms)} from memory (build was {fmt_ms(r.build_ms)})"
+    if r.outcome == "CORRUPT":
         timing = f"rebuilt in {fmt_ms(r.build_ms)} (stored entry was damaged)"
     else:
         timing = f"built in {fmt_ms(r.build_ms)}"
-    if r.outcome != "HIT" and r.ms - r.build_ms > max(1.0, 0.05 * r.ms):
-        timing += f", {fmt_ms(r.ms)} in all"  # the key, the store, the save: r.ms is the trip
-    setup = r.record.setup_ms
-    if setup >= _SETUP_SHOWN_MS:  # where a fresh kernel's first cell spends its time
-        timing += f" + {fmt_ms(setup)} to set up the device (first use)"
-    parts = [names, timing, r.device.label]
+    if fmt_ms(r.ms) != fmt_ms(r.build_ms):  # the key, the store: r.ms is the whole trip
+        timing += f", {fmt_ms(r.ms)} in all"
+    return timing
+
+
+def _once(r: BuildResult) -> str:
+    """The trip's one-time costs, each with what it was: the device's first setup (before the
+    trip's clock) and a cost inside the trip (a binary from elsewhere checked in a child
+    process, a wait for the program's save); nothing under :data:`_SETUP_SHOWN_MS`."""
+    rec = r.record
+    said = []
+    if rec.setup_ms >= _SETUP_SHOWN_MS:  # where a fresh kernel's first cell spends its time
+        said.append(f"+ {fmt_ms(rec.setup_ms)} to set up the device (first use)")
+    if rec.once_ms >= _SETUP_SHOWN_MS and r.outcome != "MEMORY":
+        said.append(f"+ {fmt_ms(rec.once_ms)} once: {rec.once_what}")
+    return " · ".join(said)
+
+
+def _parts(r: BuildResult) -> list[str]:
+    names = ", ".join(r.kernels) or "(no kernels)"
+    timing = _timing(r)
+    parts = [names, timing, _once(r), r.device.label]
     if r.outcome == "REKEYED":  # "same code as 3f5a…: only comments or spacing changed" first
-        parts = [names, r.note, timing, r.device.label]
+        parts = [names, r.note, timing, _once(r), r.device.label]
     opts = r.options.effective
     if r.options.written.strip() and r.options.written.strip() != opts:
         parts.append(f"options {r.options.written.strip()} → {opts or '(driver default)'}")
@@ -85,7 +114,7 @@ def _parts(r: BuildResult) -> list[str]:
     elif r.outcome == "REKEYED" and now.saved_to_store:
         parts.append("saved")
     parts.append(_log_summary(r))
-    return [p for p in parts if p]
+    return [short_paths(p) if p.startswith("options ") else p for p in parts if p]
 
 
 def _log_title(r: BuildResult) -> str:
@@ -99,14 +128,18 @@ def _log_title(r: BuildResult) -> str:
 
 def shown_log(r: BuildResult) -> str:
     """The build log as shown: the source's locations as the cell's line numbers, no temp file
-    paths (``/…/pocl/…/tempfile_x.cl:4:11:`` → ``line 5:11:`` under a ``%%clkernel`` line)."""
-    return map_log_lines(r.build_log.strip(), r.record.line_offset)
+    paths (``/…/pocl/…/tempfile_x.cl:4:11:`` → ``line 5:11:`` under a ``%%clkernel`` line),
+    each message once, the cell's line under it with a caret (not for a log that came with a
+    rekeyed binary: its line numbers are another source's)."""
+    rec = r.record
+    source = None if rec.rekeyed_from else rec.source
+    return tidy_log(r.build_log, rec.line_offset, source)
 
 
 def _log_summary(r: BuildResult) -> str:
     """``1 warning``, ``2 warnings``, else ``build log: N lines`` (empty for no log); a rekeyed
     binary's log says whose it is."""
-    log = r.build_log.strip()
+    log = tidy_log(r.build_log)  # each message once: POCL says a #warning twice
     if not log:
         return ""
     warnings = len(_WARNING.findall(log))

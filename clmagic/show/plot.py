@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from clmagic.process.session import or_default
 from clmagic.outcome import Outcome
-from clmagic._format import fmt_duration
+from clmagic._format import count_of, fmt_duration
 from clmagic.show.line import COLOURS
 
 if TYPE_CHECKING:
@@ -72,6 +72,7 @@ def plot_history(*, compiler: Compiler | None = None, ax: Any = None) -> Any:
     ax.set_xlabel("build trips of this session, in order (named by their first kernel)",
                   fontsize=8)
     saved = sum(r.saved_ms for r in records)
-    ax.set_title(f"clmagic: {len(records)} build{'s' if len(records) != 1 else ''}, "
+    # trips, not builds: HITs and refused builds are bars too
+    ax.set_title(f"clmagic: {count_of(len(records), 'build trip')}, "
                  f"{fmt_duration(saved)} saved", fontsize=10)
     return fig

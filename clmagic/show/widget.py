@@ -20,8 +20,12 @@ from clmagic.process.session import or_default
 from clmagic.errors import DeviceError
 from clmagic.cache.manage import clear_cache, entry_origin, lifetime_counts, remove_entries
 from clmagic.trip.records import Stats, from_origin, tally_of
-from clmagic.show.cache import ENTRY_HEAD, device_option, entry_line, panel_status_html
+from clmagic._format import count_of, short_key
+from clmagic.show.cache import (ENTRY_HEAD, device_option, entry_line, entry_options,
+                                panel_status_html)
 from clmagic.show.views import text_of
+from clmagic.show.facts import facts_line
+from clmagic.opencl.facts import facts_from_json
 
 if TYPE_CHECKING:
     from clmagic.trip.compiler import Compiler
@@ -66,7 +70,7 @@ def _refresh_stale(*_args: Any) -> None:
         widget.refresh()
 
 
-class CacheWidget(w.VBox):
+class CacheWidget(w.VBox):  # type: ignore[misc]  # ipywidgets ships no types: VBox is Any
     """See a device's entries, clear some or all, and choose the device for ``%%clkernel``.
 
     Looking is not choosing: the ``device`` dropdown picks whose entries are shown;
@@ -78,8 +82,9 @@ class CacheWidget(w.VBox):
     Parts (attributes): ``device`` (Dropdown, "platform · device"), ``origin`` (Dropdown: all,
     ``cell`` or a module that built through :func:`clmagic.install`; shown once there are
     several), ``table`` (SelectMultiple of the device's entries of that origin, values are keys;
-    "Clear all" clears those), ``refresh_button``, ``clear_selected_button``,
-    ``clear_all_button`` (asks for a second, confirming click), ``status`` (entries, MB, hit rate,
+    "Clear all" clears those), ``facts`` (the selected entries' kernel facts), ``refresh_button``,
+    ``clear_selected_button``, ``clear_all_button`` (asks for a second, confirming click),
+    ``status`` (entries, MB, hit rate,
     time saved), ``message`` (what the last action did), ``errors``, ``plot`` (session history).
     """
 
@@ -106,6 +111,8 @@ class CacheWidget(w.VBox):
         self.header = w.HTML(f'{_STYLE}<div class="clmagic-head">{html.escape(ENTRY_HEAD)}</div>')
         self.table = w.SelectMultiple(options=[], rows=10, layout=w.Layout(width="100%"))
         self.table.add_class("clmagic-table")
+        self.facts = w.HTML()  # the selected entries' kernel facts (_on_select)
+        self.table.observe(self._on_select, names="value")
         self.use_button = w.Button(description="Use for %%clkernel", icon="check",
                                    layout=w.Layout(width="auto", min_width="190px"))
         self.building = w.HTML()
@@ -129,7 +136,7 @@ class CacheWidget(w.VBox):
         self.clear_all_button.on_click(self._on_clear_all)
         buttons = w.HBox([self.refresh_button, self.clear_selected_button, self.clear_all_button])
         self._parts = [w.HBox([self.device, self.use_button]), self.building, self.header,
-                       self.table, buttons, self.status, self.message, self.errors] + (
+                       self.table, self.facts, buttons, self.status, self.message, self.errors] + (
                            [self.plot] if plot else [])
         super().__init__(self._parts)
         self.add_class("clmagic-widget")
@@ -163,19 +170,33 @@ class CacheWidget(w.VBox):
         keep = [k for k in self.table.value if k in self._entries]
         self.table.options = [(entry_line(e), e.key) for e in entries]
         self.table.value = tuple(keep)
-        # the session (no second store listing), of the chosen origin
-        s = Stats.of([r for r in records if from_origin(r.origin, wanted)])
+        self.table.tooltip = self._full_options(entries)
+        # the session (no second store listing) on the shown device, of the chosen origin: the
+        # same scope as the entries beside it
+        fp = self.fingerprint
+        s = Stats.of([r for r in records
+                      if r.fingerprint == fp and from_origin(r.origin, wanted)])
         where = store.location if store is not None else "memory only (nothing stored)"
         total = 0
         if store is not None:  # the store against its limit, and every process's figures
             life = lifetime_counts(store)
-            s.lifetime = tally_of(life) if life is not None else None
+            s.lifetime = tally_of(life, fp) if life is not None else None
             s.max_size = store.max_size
             total = sum(u.size for u in store.usage_list())
-        self.status.value = panel_status_html(entries, s, where, total)
+        label = _devices.resolve_device(self.device.value)[0].label
+        self.status.value = panel_status_html(entries, s, where, total, device=label)
         self._show_building()
         if self._with_plot:
             self._draw()
+
+    @staticmethod
+    def _full_options(entries: list[Entry]) -> str | None:
+        """The table's tooltip: the full options of each entry whose row shows them shortened
+        (a row of a select list has no tooltip of its own), else none."""
+        cut = [f"{short_key(e.key)} {e.meta.options}" for e in entries
+               if entry_options(e.meta.options) != (e.meta.options or "-")
+               or len(e.meta.options) > 22]
+        return "options in full:\n" + "\n".join(cut) if cut else None
 
     def _show_building(self) -> None:
         """Say which device ``%%clkernel`` builds on; offer the shown one when it differs."""
@@ -267,6 +288,24 @@ class CacheWidget(w.VBox):
         self.refresh()
 
     @_guard
+    def _on_select(self, _change: object = None) -> None:
+        """Below the table, what the compiler made of each kernel of the selected entries (the
+        facts kept in the entry, so no driver is asked): one line per kernel, at most 12."""
+        chosen = [self._entries[k] for k in self.table.value if k in self._entries]
+        lines = []
+        for e in chosen:
+            facts = facts_from_json(e.meta.kernel_facts)
+            if facts is None:
+                lines.append(f"{short_key(e.key)}  no kernel facts (saved before clmagic kept "
+                             "them)")
+            else:
+                lines += [f"{short_key(e.key)}  {facts_line(f)}" for f in facts.values()]
+        more = f"\n… and {len(lines) - 12} more" if len(lines) > 12 else ""
+        self.facts.value = ("" if not lines else '<pre class="clmagic-facts" style="font-size:12px'
+                            ';margin:2px 0">kernel facts of the selection:\n'
+                            + html.escape("\n".join(lines[:12]) + more) + "</pre>")
+
+    @_guard
     def _on_refresh(self, _button: object = None) -> None:
         self.message.value = ""
         self.refresh()
@@ -287,7 +326,7 @@ class CacheWidget(w.VBox):
         if not self._armed:
             n = len(self._entries)
             self._armed = True
-            self.clear_all_button.description = f"Click again to clear {n} entries"
+            self.clear_all_button.description = f"Click again to clear {count_of(n, 'entry')}"
             self.clear_all_button.button_style = "danger"
             self.message.value = "click again to confirm"
             return

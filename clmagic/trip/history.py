@@ -114,6 +114,8 @@ class History:
                 record = dataclasses.replace(record, source=None)
             self._append(record)
         detail = f"{record.ms:.1f} ms"
+        if record.once_ms:  # said apart, as the result line says it
+            detail += f" (+ {record.once_ms:.1f} ms of it once: {record.once_what})"
         if record.outcome in (Outcome.REKEYED, Outcome.FAILED):
             detail += f" · {record.note}"
         self.event(record.outcome, record.key, record.kernels, count=True, detail=detail)

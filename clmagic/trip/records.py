@@ -3,11 +3,13 @@
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from clmagic.entry import Entry
+from clmagic.key.includes import strip_comments
 from clmagic.opencl.facts import facts_to_json
 from clmagic.outcome import SERVED, UNCACHED, Outcome
 
@@ -17,7 +19,7 @@ if TYPE_CHECKING:
     from clmagic.opencl.devices import DeviceInfo
     from clmagic.opencl.facts import KernelFacts
 
-__all__ = ["Record", "Stats", "DeviceUsage", "from_origin",
+__all__ = ["Record", "Stats", "DeviceUsage", "from_origin", "kernels_in",
            "RECORD_LEVELS", "Tally", "tally_of"]
 
 
@@ -61,6 +63,10 @@ class Record:
     rekeyed_from: str = ""
     #: what the compiler made of each kernel (``None``: not known); kept in the saved entry
     facts: Mapping[str, KernelFacts] | None = None
+    #: a one-time cost inside ``ms`` (a binary from elsewhere checked in a child process, a wait
+    #: for this program's save), and what it was: the line says it apart from the load
+    once_ms: float = 0.0
+    once_what: str = ""
 
     @property
     def fingerprint(self) -> str:
@@ -85,6 +91,16 @@ class Record:
             build_log=self.build_log, headers=list(self.headers), origin=self.origin,
             code_key=self.code_key, rekeyed_from=self.rekeyed_from,
             kernel_facts=None if self.facts is None else facts_to_json(self.facts))
+
+
+_KERNEL = re.compile(r"\b(?:__)?kernel\s+(?:__attribute__\s*\(\(.*?\)\)\s*)?void\s+"
+                     r"([A-Za-z_]\w*)\s*\(", re.DOTALL)
+
+
+def kernels_in(source: str) -> list[str]:
+    """The kernel names a source defines, by a light scan (``__kernel void NAME(``, comments
+    left out): what a FAILED trip, which made no kernels, is named by in the history."""
+    return list(dict.fromkeys(_KERNEL.findall(strip_comments(source))))
 
 
 def from_origin(origin: str, wanted: str | None) -> bool:

@@ -40,7 +40,7 @@ from clmagic.store.lifetime import Counters
 from clmagic.trip.background import HitCounter, Pending, Saver, wait_everywhere
 from clmagic.outcome import Outcome
 from clmagic.trip.history import History
-from clmagic.trip.records import Record
+from clmagic.trip.records import Record, kernels_in
 from clmagic.trip.results import BuildResult
 
 __all__ = ["TripState", "Trip", "served_from", "PROGRAMS_MAX"]
@@ -251,7 +251,10 @@ class TripState:
     def from_store(self, trip: Trip) -> tuple[driver.Built | None, Outcome, str]:
         """The trip's program from the store: (built, HIT, note), kept in memory and counted;
         (None, MISS or CORRUPT, "") when the store has no usable entry (a damaged one is
-        removed, to be rebuilt)."""
+        removed, to be rebuilt). A wait for this key's save is a one-time cost (``once_ms``)."""
+        t = time.perf_counter()
+        wait_everywhere(trip.memo)  # what lookup waits for (a save under way), timed here
+        waited = (time.perf_counter() - t) * 1000
         entry, corrupt = self.lookup(trip.info, trip.prep.key)
         if entry is not None:
             try:
@@ -261,6 +264,7 @@ class TripState:
             else:
                 self.keep(trip.memo, built)
                 self.count_hit(*trip.memo)
+                built = _once(built, waited, "waited for its save") if waited >= 1.0 else built
                 return built, Outcome.HIT, served_from(entry, self._store)
         return None, Outcome.CORRUPT if corrupt else Outcome.MISS, ""
 
@@ -268,18 +272,21 @@ class TripState:
              opts: BuildOptions, kernels: bool = True) -> driver.Built:
         """The program made from the entries' binaries, one per device of ``devs``; the first
         entry's original build time and log go with it."""
-        for e in entries:  # a binary from elsewhere: proven loadable in a child first
-            if e.foreign:
-                vet.vouch(e, opts.effective, self._store)
+        t, checked = time.perf_counter(), [e for e in entries if e.foreign]
+        for e in checked:  # a binary from elsewhere: proven loadable in a child first
+            vet.vouch(e, opts.effective, self._store)
+        vetted = (time.perf_counter() - t) * 1000  # a child's start, unless proven before
         try:
             built = driver.from_binaries(ctx, devs, [e.binary or b"" for e in entries],
                                          opts.effective, kernels)
         except cl.Error as exc:
             raise CorruptEntry(f"the driver refused the stored binary: {exc}") from None
-        return dataclasses.replace(built, build_ms=entries[0].build_ms,
-                                   log=entries[0].meta.build_log,
-                                   log_from=entries[0].meta.rekeyed_from,
-                                   facts=facts_from_json(entries[0].meta.kernel_facts))
+        built = dataclasses.replace(built, build_ms=entries[0].build_ms,
+                                    log=entries[0].meta.build_log,
+                                    log_from=entries[0].meta.rekeyed_from,
+                                    facts=facts_from_json(entries[0].meta.kernel_facts))
+        said = f"checked the binary from {checked[0].foreign} in a child process" if checked else ""
+        return _once(built, vetted, said) if vetted >= 1.0 and said else built
 
     @staticmethod
     def compile(ctx: cl.Context, devs: list[cl.Device], label: str, prep: Prepared,
@@ -291,7 +298,7 @@ class TripState:
             built = driver.from_source(ctx, devs, prep.source, prep.opts.effective, kernels)
         except driver.BuildFailed as exc:
             raise BuildError(exc.log, options=prep.opts.effective, device=label,
-                             line_offset=line_offset) from None
+                             line_offset=line_offset, source=prep.source) from None
         if not (kernels and len(devs) == 1):  # the facts are one device's, of kernels made
             return built
         # asked now, once (well under a ms), and kept in the entry: a HIT asks nothing
@@ -312,7 +319,9 @@ class TripState:
             source_bytes=len(prep.src), headers=prep.headers,
             build_log=built.log if log is None else log, line_offset=line_offset,
             saved_to_store=saved, note=note, origin=origin, code_key=code_key or "",
-            rekeyed_from=built.log_from, setup_ms=setup_ms, facts=built.facts)
+            rekeyed_from=built.log_from, setup_ms=setup_ms, facts=built.facts,
+            once_ms=0.0 if outcome is Outcome.MEMORY else built.once_ms,  # not from memory
+            once_what="" if outcome is Outcome.MEMORY else built.once_what)
 
     def keep_records(self, recs: Sequence[Record]) -> list[Record | None]:
         """Add the records to the history; each as the history keeps it (``None`` when it keeps
@@ -351,7 +360,7 @@ class TripState:
         if not self.history.active:
             return
         self.keep_records([
-            Record(time=time.time(), outcome=Outcome.FAILED, kernels=[],
+            Record(time=time.time(), outcome=Outcome.FAILED, kernels=kernels_in(prep.source),
                    ms=(time.perf_counter() - t0) * 1000, build_ms=0.0, device=info,
                    key=prep.key, options=prep.opts.effective, preview=prep.preview,
                    source=prep.source, source_bytes=len(prep.src), headers=prep.headers,
@@ -376,6 +385,11 @@ class TripState:
         self.changed()
         return BuildResult(built.program, built.kernels, trip.ctx, trip.queue, trip.prep.opts,
                            rec, pending)
+
+
+def _once(built: driver.Built, ms: float, what: str) -> driver.Built:
+    return dataclasses.replace(built, once_ms=built.once_ms + ms,
+                               once_what="; ".join(w for w in (built.once_what, what) if w))
 
 
 def _after_fork() -> None:
