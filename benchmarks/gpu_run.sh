@@ -4,7 +4,8 @@
 # Mako), the silx/pyFAI corpus unpacked in .corpus/ (benchmarks/corpus.py extract_cl), results
 # in $OUT.
 #
-#   benchmarks/gpu_run.sh hook on off     (steps in order; MAX_REAL_ON/OFF, REPEATS_ON/OFF/HOOK)
+#   benchmarks/gpu_run.sh hook on off suite profile  (steps in order; MAX_REAL_ON/OFF,
+#   REPEATS_ON/OFF/HOOK/SUITE/PROFILE, TESTS_SUITE)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # the OpenCL ICD loader pointed at NVIDIA's library (as ../shared/tools/nvidia-opencl-env.sh)
@@ -21,7 +22,7 @@ mkdir -p "$OUT"
 if ! /tmp/gpu-venv/bin/python -c 'import numpy, pyopencl, IPython, mako' 2>/dev/null; then
   python3 -m venv --system-site-packages /tmp/gpu-venv
   /tmp/gpu-venv/bin/pip install -q --no-index --find-links .whl numpy pyopencl mako ipython \
-    platformdirs
+    platformdirs pytools siphash24 typing_extensions markupsafe xxhash blake3
 fi
 PY=/tmp/gpu-venv/bin/python
 export PYTHONPATH=$PWD
@@ -36,6 +37,12 @@ for step in "$@"; do
            --label nvidia-h200-off --out "$OUT" ;;
     hook) $PY benchmarks/bench_hook.py --device nvidia --repeats "${REPEATS_HOOK:-7}" \
            --label nvidia-h200 --out "$OUT" ;;
-    *) echo "gpu_run.sh: unknown step $step (on, off, hook)" >&2; exit 2 ;;
+    suite) $PY benchmarks/bench_suite.py --device nvidia --driver-cache on --tests "${TESTS_SUITE:-50}" \
+           --repeats "${REPEATS_SUITE:-3}" --label nvidia-h200-on --out "$OUT"
+           $PY benchmarks/bench_suite.py --device nvidia --driver-cache off --tests "${TESTS_SUITE:-50}" \
+           --repeats "${REPEATS_SUITE:-3}" --label nvidia-h200-off --out "$OUT" ;;
+    profile) $PY benchmarks/profile_hit.py --device nvidia --repeats "${REPEATS_PROFILE:-20}" \
+           --json "$OUT/profile-hit-nvidia-h200.json" > "$OUT/profile-hit-nvidia-h200.txt" ;;
+    *) echo "gpu_run.sh: unknown step $step (on, off, hook, suite, profile)" >&2; exit 2 ;;
   esac
 done

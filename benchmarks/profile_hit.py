@@ -1,103 +1,260 @@
-"""Where a HIT's time goes, next to the bare load of the same binary (not a benchmark: a
-profile to read). Builds pyopencl's generated kernels (benchmarks/corpus.py) into a fresh cache,
-then loads each from the store many times, alternating with the bare driver load, with timers
-around each step of the trip and cProfile over the HITs.
+"""Where a HIT's time goes, next to the bare load of the same binary (a profile to read, not a
+benchmark). Two paths, each HIT alternating with the bare driver load of its stored binary:
 
-    python benchmarks/profile_hit.py [--device nvidia] [--repeats 30]
+- ``build``: ``clmagic.build`` (a cell's path): the bare side loads the binary and makes every
+  kernel, as the HIT does;
+- ``hook``: ``pyopencl.Program(ctx, src).build()`` through clmagic's hook: the bare side loads
+  the binary and makes no kernel, as the hook hands the program back without kernels.
+
+Two sets of programs: pyopencl's generated kernels (benchmarks/corpus.py), and one 40 KB source
+that includes three headers (the issue's yardstick for clmagic's own work). Each HIT is made as
+in a new process: nothing in memory, every source prepared again. First the totals (nothing
+wrapped), then the split: a timer around each step of the trip (the wrappers add about a µs
+each) and, with ``--cprofile``, cProfile over the HITs.
+
+    python benchmarks/profile_hit.py [--device pocl] [--repeats 20] [--cprofile] [--json F]
+
+"clmagic's own" is the HIT less the driver's part of it (``clCreateProgramWithBinary`` and
+``clBuildProgram``, and the kernels where made): what clmagic adds to the load.
 """
 
 from __future__ import annotations
 
 import argparse
-import cProfile
 import collections
+import cProfile
 import io
+import json
 import pstats
 import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
+#: the steps timed for the split: (module or class path, attribute); "driver" marks the driver's
+STEPS = [
+    ("clmagic.trip.state:TripState", "prepare"), ("clmagic.key.prepare", "find_headers"),
+    ("clmagic.key.prepare", "cache_key"), ("clmagic.key.prepare", "check_source"),
+    ("clmagic.key.prepare", "parse_options"),
+    ("clmagic.trip.state:TripState", "recall_program"), ("clmagic.trip.state:TripState", "recall"),
+    ("clmagic.trip.state:TripState", "lookup"), ("clmagic.trip.state", "wait_everywhere"),
+    ("clmagic.store.directory.store:DirectoryStore", "get"),
+    ("clmagic.store.directory.store", "read_entry"),
+    ("clmagic.trip.state:TripState", "load"), ("clmagic.opencl.driver", "from_binaries"),
+    ("clmagic.opencl.pyopencl_program", "raw_from_binaries"),
+    ("clmagic.opencl.pyopencl_program", "bare_build"), ("clmagic.opencl.driver", "_built"),
+    ("clmagic.trip.state:TripState", "keep_program"), ("clmagic.trip.state:TripState", "keep"),
+    ("clmagic.trip.state:TripState", "count_hit"), ("clmagic.trip.state:TripState", "record"),
+    ("clmagic.trip.state:TripState", "keep_records"), ("clmagic.trip.state:TripState", "count"),
+    ("clmagic.trip.state:TripState", "finish"),
+    ("clmagic.process.hook", "exact_options"), ("clmagic.opencl.pyopencl_program", "options_of"),
+    ("clmagic.opencl.pyopencl_program", "adopt"), ("clmagic.opencl.pyopencl_program", "unbuilt"),
+]
+DRIVER = {"raw_from_binaries", "bare_build"}
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--device", default=None)
-    ap.add_argument("--repeats", type=int, default=30)
-    args = ap.parse_args()
-    import pyopencl as cl
-    from corpus import pyopencl_kernels
 
-    import clmagic
-    from clmagic.trip import compiler as C
-    from clmagic.opencl import driver as D
-    from clmagic.key import prepare as P
-    from clmagic.config import Settings
-    from clmagic.store.directory import store as SD
+def big_source(folder: Path) -> tuple[str, str]:
+    """A 40 KB source reading three headers in ``folder`` (made here), and its options."""
+    for i in range(3):
+        body = "".join(f"#define H{i}_C{j} ({j}.5f * {i + 1})\n"
+                       f"inline float h{i}_f{j}(float x) {{ return x * H{i}_C{j} + {j}; }}\n"
+                       for j in range(40))
+        (folder / f"h{i}.h").write_text(f"#ifndef H{i}\n#define H{i}\n{body}#endif\n")
+    parts = ['#include "h0.h"\n#include "h1.h"\n#include "h2.h"\n']
+    n = 0
+    while sum(map(len, parts)) < 40_000:
+        parts.append(f"__kernel void k{n}(__global float *a, const float s)\n{{\n"
+                     "    const int g = get_global_id(0);\n    float v = a[g] * s;\n"
+                     f"    v = h0_f{n % 40}(v) + h1_f{(n * 3) % 40}(v) - h2_f{(n * 7) % 40}(v);\n"
+                     f"    for (int j = 0; j < {1 + n % 5}; ++j) v = v * 0.5f + sin(v + j);\n"
+                     "    a[g] = v;\n}\n")
+        n += 1
+    return "".join(parts), f"-I {folder}"
 
-    info, dev = clmagic.resolve_device(args.device)
-    ctx, _ = clmagic.opencl.devices.context_for(info, dev)
-    steps: dict[str, list[float]] = collections.defaultdict(list)
-    timing = [False]
 
-    def timed(owner: object, name: str) -> None:
+class Steps:
+    """Timers around the named steps, counted only while ``on``."""
+
+    def __init__(self) -> None:
+        self.on = False
+        self.times: dict[str, list[float]] = collections.defaultdict(list)
+        self.calls: collections.Counter[str] = collections.Counter()
+        for where, name in STEPS:
+            self._wrap(where, name)
+
+    def _wrap(self, where: str, name: str) -> None:
+        import importlib
+
+        mod, _, cls = where.partition(":")
+        owner: Any = importlib.import_module(mod)
+        if cls:
+            owner = getattr(owner, cls)
         inner = getattr(owner, name)
+        label = f"{cls or mod.rsplit('.', 1)[-1]}.{name}"
+        steps = self
 
-        def wrapper(*a: object, **kw: object) -> object:
+        def wrapper(*a: Any, **kw: Any) -> Any:
+            if not steps.on:
+                return inner(*a, **kw)
             t = time.perf_counter()
             try:
                 return inner(*a, **kw)
             finally:
-                if timing[0]:
-                    steps[f"{getattr(owner, '__name__', '')}.{name}"].append(
-                        time.perf_counter() - t)
-        setattr(owner, name, wrapper)
+                steps.times[label].append(time.perf_counter() - t)
+                steps.calls[label] += 1
 
-    for owner, name in ((C.Compiler, "_start"), (C.Compiler, "_lookup"), (C.Compiler, "_load"),
-                        (C.Compiler, "_finish"), (D, "from_binaries"), (D, "_built"),
-                        (P, "check_source"), (P, "find_headers"), (P, "cache_key"),
-                        (SD, "read_entry"), (SD, "open_regular"),
-                        (SD.DirectoryStore, "_usage")):
-        timed(owner, name)
-    kernels = pyopencl_kernels(ctx)
-    with tempfile.TemporaryDirectory() as cache:
-        comp = clmagic.Compiler(Settings.from_env({"CLMAGIC_CACHE_DIR": cache}))
-        hit, bare = [], []
-        prof = cProfile.Profile()
-        for k in kernels:
-            key = comp.build(k.source, k.options, info).record.key
-            comp.flush()
-            binary = comp.store.get(info.fingerprint, key).binary
-            opts = clmagic.key.options.parse_options(k.options).effective.encode()
-            for _ in range(args.repeats):
-                t = time.perf_counter()
-                p = cl._cl._Program(ctx, [dev], [binary])
-                p._build(options=opts, devices=[dev])
-                p.all_kernels()
-                bare.append(time.perf_counter() - t)
-                comp.forget()
-                comp.state.forget_prepared()  # as in a new process: the source prepared again
-                timing[0] = True
+        setattr(owner, name, staticmethod(wrapper) if isinstance(
+            owner.__dict__.get(name) if cls else None, staticmethod) else wrapper)
+
+    def per_hit(self, hits: int) -> dict[str, float]:
+        """Each step's total per HIT, µs."""
+        return {k: sum(v) / hits * 1e6 for k, v in self.times.items()}
+
+
+def bare_load(ctx: Any, dev: Any, binary: bytes, opts: bytes, kernels: bool) -> float:
+    import pyopencl as cl
+
+    t = time.perf_counter()
+    p = cl._cl._Program(ctx, [dev], [binary])
+    p._build(options=opts, devices=[dev])
+    if kernels:
+        p.all_kernels()
+    return time.perf_counter() - t
+
+
+def one_hit(path: str, comp: Any, ctx: Any, info: Any, k: Any) -> tuple[float, str]:
+    """One HIT as in a new process (memory and prepared sources forgotten): its time, outcome."""
+    import pyopencl as cl
+
+    comp.forget()
+    comp.state.forget_prepared()
+    if path == "build":
+        t = time.perf_counter()
+        r = comp.build(k.source, k.options, info)
+        return time.perf_counter() - t, str(r.outcome)
+    prg = cl.Program(ctx, k.source)
+    t = time.perf_counter()
+    prg.build(options=k.options.split())
+    dt = time.perf_counter() - t
+    return dt, str(comp.state.history.records[-1].outcome)
+
+
+def measure(path: str, comp: Any, ctx: Any, dev: Any, info: Any, kernels: list[Any],
+            repeats: int, steps: Steps | None, prof: cProfile.Profile | None) -> dict[str, Any]:
+    """HIT and bare load of every program ``repeats`` times, alternating; medians per program
+    summed over the programs (ms) and their ratio."""
+    hit_ms = bare_ms = 0.0
+    driver_us = 0.0
+    for k in kernels:
+        comp.forget()
+        one_hit(path, comp, ctx, info, k)  # the first: a MISS, saved
+        rec = comp.history.records[-1]
+        binary = comp.store.get(info.fingerprint, rec.key).binary
+        opts = rec.options.encode()
+        hits, bares = [], []
+        for rep in range(repeats):
+            if rep % 2:
+                bares.append(bare_load(ctx, dev, binary, opts, path == "build"))
+            if steps is not None:
+                steps.on = True
+            if prof is not None:
                 prof.enable()
-                t = time.perf_counter()
-                r = comp.build(k.source, k.options, info)
-                hit.append(time.perf_counter() - t)
+            dt, outcome = one_hit(path, comp, ctx, info, k)
+            if prof is not None:
                 prof.disable()
-                timing[0] = False
-                assert r.outcome == "HIT", r.outcome
-    med = statistics.median
-    print(f"{info.label}: {len(kernels)} programs x {args.repeats}; median HIT "
-          f"{med(hit) * 1e3:.3f} ms, bare {med(bare) * 1e3:.3f} ms (ratio {med(hit) / med(bare):.2f}; "
-          f"the HITs ran under cProfile)")
-    for name, ts in sorted(steps.items(), key=lambda kv: -med(kv[1])):
-        print(f"  {name:<32} {med(ts) * 1e6:8.1f} us  (x{len(ts) // len(hit)})")
-    out = io.StringIO()
-    pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(30)
-    print(out.getvalue())
+            if steps is not None:
+                steps.on = False
+            assert outcome == "HIT", outcome
+            hits.append(dt)
+            if not rep % 2:
+                bares.append(bare_load(ctx, dev, binary, opts, path == "build"))
+        hit_ms += statistics.median(hits) * 1e3
+        bare_ms += statistics.median(bares) * 1e3
+    hits_done = len(kernels) * repeats
+    out: dict[str, Any] = {"programs": len(kernels), "hit_ms": hit_ms, "bare_ms": bare_ms,
+                           "ratio": hit_ms / bare_ms, "over_bare_ms": (hit_ms - bare_ms)
+                           / len(kernels)}
+    if steps is not None:
+        split = steps.per_hit(hits_done)
+        driver_us = sum(v for k2, v in split.items() if k2.split(".")[-1] in DRIVER)
+        if path == "build":  # the kernels, made by _built, are the driver's too
+            driver_us += split.get("driver._built", 0.0)
+        out["split_us"] = dict(sorted(split.items(), key=lambda kv: -kv[1]))
+        out["driver_us"] = driver_us
+    return out
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    import clmagic
+    from clmagic.config import Settings
+    from corpus import pyopencl_kernels, Kernel
+
+    info, dev = clmagic.resolve_device(args.device)
+    ctx, _ = clmagic.opencl.devices.context_for(info, dev)
+    results: dict[str, Any] = {"device": info.label, "repeats": args.repeats}
+    with tempfile.TemporaryDirectory() as cache, tempfile.TemporaryDirectory() as inc:
+        src, opts = big_source(Path(inc))
+        sets = {"generated": pyopencl_kernels(ctx),
+                "40KB+3 headers": [Kernel("big", "big", src, opts)]}
+        comp = clmagic.Compiler(Settings.from_env({"CLMAGIC_CACHE_DIR": cache}))
+        clmagic.install(comp)
+        for phase in ("totals", "split"):
+            steps = Steps() if phase == "split" else None
+            prof = cProfile.Profile() if phase == "split" and args.cprofile else None
+            for name, kernels in sets.items():
+                for path in ("build", "hook"):
+                    got = measure(path, comp, ctx, dev, info, kernels,
+                                  args.repeats if phase == "totals" else max(args.repeats // 2, 4),
+                                  steps, prof)
+                    if steps is not None:
+                        own = got["split_us"]
+                        results[name][path].update(split_us=own, driver_us=got["driver_us"])
+                        steps.times.clear()
+                    else:
+                        results.setdefault(name, {})[path] = got
+            if prof is not None:
+                out = io.StringIO()
+                pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(25)
+                results["cprofile"] = out.getvalue()
+    return results
+
+
+def report(res: dict[str, Any]) -> str:
+    lines = [f"{res['device']}: medians of {res['repeats']} HITs per program, each alternating "
+             "with the bare load of its binary"]
+    for name in ("generated", "40KB+3 headers"):
+        for path in ("build", "hook"):
+            r = res[name][path]
+            own_ms = r["over_bare_ms"]
+            lines.append(f"  {name:<15} {path:<5} {r['programs']:>3} programs: HIT "
+                         f"{r['hit_ms']:.2f} ms, bare {r['bare_ms']:.2f} ms, HIT/bare "
+                         f"{r['ratio']:.2f}, HIT - bare {own_ms * 1e3:.0f} µs a program")
+            split = r.get("split_us", {})
+            top = ", ".join(f"{k} {v:.0f}" for k, v in list(split.items())[:12])
+            lines.append(f"      split (µs a HIT, nested steps overlap): {top}")
+    if "cprofile" in res:
+        lines.append(res["cprofile"])
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--device", default=None)
+    ap.add_argument("--repeats", type=int, default=20)
+    ap.add_argument("--cprofile", action="store_true")
+    ap.add_argument("--json", default=None, help="write the results here too")
+    args = ap.parse_args()
+    res = run(args)
+    print(report(res))
+    if args.json:
+        Path(args.json).write_text(json.dumps(res, indent=1))
 
 
 if __name__ == "__main__":

@@ -206,6 +206,7 @@ def test_a_damaged_entry_is_rebuilt_through_the_hook(settings, pocl, cache_dir):
     hook.install(first)
     try:
         cl.Program(ctx, SAXPY).build()
+        first.flush()  # the MISS is saved in the background, as a cell's
         [path] = list(cache_dir.rglob("*.clbin"))
         data = bytearray(path.read_bytes())
         data[-40] ^= 0xFF  # inside the binary: its SHA-256 no longer matches
@@ -455,6 +456,7 @@ def test_clmagic_ls_and_clear_filter_by_origin(hooked, pocl, cache_dir):
     hooked.build(SAXPY, device=pocl)  # a cell's entry
     ctx, queue, _ = _context(pocl)
     assert float(cla.sum(cla.to_device(queue, np.ones(8, np.float32))).get()) == 8.0
+    hooked.flush()  # the hook's MISSes are saved in the background: in the store for the CLI
 
     def clmagic_cli(*argv: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run([sys.executable, "-m", "clmagic", *argv], capture_output=True,

@@ -22,7 +22,7 @@ from clmagic.opencl import driver
 from clmagic.opencl.devices import DeviceInfo
 from clmagic.outcome import Outcome
 from clmagic.trip.results import ProgramBuild
-from clmagic.trip.save import save as save_entry
+from clmagic.trip.save import save_later
 from clmagic.trip.state import PROGRAMS_MAX, TripState, served_from
 
 __all__ = ["build_program", "served_from", "PROGRAMS_MAX"]
@@ -49,18 +49,12 @@ class _Request:
         """Each device's (fingerprint, key): the program's name in the programs memo."""
         return tuple((i.fingerprint, p.key) for i, p in zip(self.infos, self.preps))
 
-    def finish(self, outcome: Outcome, built: driver.Built, missing: Sequence[int] = (),
-               saves: Sequence[tuple[int, tuple[bool, str]]] = (), note: str = ""
-               ) -> ProgramBuild:
-        """The result, one record per device kept and counted. ``outcome`` is every device's,
-        or, when ``missing`` is given, that of the missing devices (the others were rebuilt
-        along with them); ``saves`` says how each missing device's save ended."""
-        done = dict(saves)
-        recs = [self.state.record(info, prep, self.t0,
-                                  outcome if not missing or i in missing else Outcome.MISS,
-                                  built, saved=done.get(i, (False, ""))[0],
-                                  note=done.get(i, (False, note))[1], origin=self.origin)
-                for i, (info, prep) in enumerate(zip(self.infos, self.preps))]
+    def finish(self, outcome: Outcome, built: driver.Built, note: str = "") -> ProgramBuild:
+        """The result, one record per device (each with ``outcome`` and ``note``) kept and
+        counted: a trip that saves nothing."""
+        recs = [self.state.record(info, prep, self.t0, outcome, built, note=note,
+                                  origin=self.origin)
+                for info, prep in zip(self.infos, self.preps)]
         self.state.keep_records(recs)
         for rec in recs:
             self.state.count(rec)
@@ -126,7 +120,11 @@ def _from_store(req: _Request, found: list[Found]) -> tuple[ProgramBuild | None,
 
 def _from_source(req: _Request, found: list[Found], corrupt: bool) -> ProgramBuild:
     """Build for every device and save the binary of each device that had no entry (every
-    device's, when a damaged one was met)."""
+    device's, when a damaged one was met) on the saver's thread, as a cell's MISS is saved
+    (:func:`clmagic.trip.save.save_later`): the caller waits for the driver's build alone, and
+    on POCL the readout, which generates every kernel's code, is done by the readout helper
+    where it can be. The program handed back is the one the driver built here, from the
+    caller's source."""
     state = req.state
     built = req.compile_all()
     outcome = Outcome.CORRUPT if corrupt else Outcome.MISS
@@ -135,11 +133,20 @@ def _from_source(req: _Request, found: list[Found], corrupt: bool) -> ProgramBui
         warn_once(f"not cached: {changed}")
         return req.finish(outcome, built, note=f"not saved: {changed}")
     state.keep_program(req.keys, built)
-    missing = [i for i, (e, _) in enumerate(found) if e is None or corrupt]
-    saves = [(i, save_entry(state,
-                            state.record(req.infos[i], req.preps[i], req.t0, outcome, built,
-                                         origin=req.origin,
-                                         log=driver.build_log(built.program, req.devs[i])),
-                            built.program, req.devs[i]))
-             for i in missing]
-    return req.finish(outcome, built, missing, saves, note="built with the other devices")
+    if state.store is None:
+        return req.finish(outcome, built, note="cache off (memory only)")
+    missing = {i for i, (e, _) in enumerate(found) if e is None or corrupt}
+    recs = [state.record(info, prep, req.t0, outcome if i in missing else Outcome.MISS, built,
+                         origin=req.origin,
+                         note="saving" if i in missing else "built with the other devices",
+                         log=driver.build_log(built.program, req.devs[i]) if i in missing
+                         else None)
+            for i, (info, prep) in enumerate(zip(req.infos, req.preps))]
+    kept = state.keep_records(recs)
+    for i, rec in enumerate(recs):
+        if i in missing:  # counted by the save, once it ends
+            save_later(state, rec, kept[i], built.program, req.devs[i])
+        else:
+            state.count(rec)
+    state.changed()
+    return ProgramBuild(built.program, outcome, recs, built.log)
