@@ -44,4 +44,13 @@ def test_version_and_no_internal_command_or_markup_in_what_a_user_reads():
     assert helped.returncode == 0 and wrong.returncode == 2
     for text in (helped.stdout, wrong.stderr):
         assert "_demo-child" not in text and "``" not in text
-    assert "invalid choice: 'bogus'" in wrong.stderr and "'demo'" in wrong.stderr
+    assert wrong.stderr.startswith("clmagic: 'bogus' is not a clmagic command; commands: demo,")
+
+
+def test_an_unknown_command_names_the_nearest():
+    for typo, meant in (("lss", "ls"), ("confg", "config"), ("stat", "stats"),
+                        ("exprot", "export")):
+        proc = clmagic(typo)
+        assert proc.returncode == 2 and proc.stdout == ""
+        assert proc.stderr == (f"clmagic: '{typo}' is not a clmagic command; did you mean "
+                               f"'{meant}'? (clmagic --help)\n")

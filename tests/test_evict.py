@@ -104,8 +104,8 @@ def test_prune_by_size_and_age_on_every_backend(store_factory, tmp_path):
     entries = _fill(store, 12)
     c = clmagic.Compiler(Settings.from_env({"CLMAGIC_CACHE_DIR": "0"}), store=store)
     one = max(u.size for u in store.usage_list())
-    with pytest.raises(OptionsError, match="smaller than one entry"):
-        manage.prune(max_size=one - 1, compiler=c)
+    with pytest.raises(OptionsError, match="0 means no limit"):  # (below one entry: all go)
+        manage.prune(max_size=0, compiler=c)
     assert len(list(local.entries())) == 12  # refused: nothing lost
     time.sleep(1.5)
     store.record_hit(FP, entries[0].key)  # the oldest save, used just now

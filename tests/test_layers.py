@@ -40,7 +40,6 @@ DATA_LAYERS = ("cache", "process", "trip", "key", "opencl", "store", "ground")
 DRAWING = {
     "pandas": {
         "clmagic.show.frames",  # the cache and history DataFrames
-        "clmagic.cli.commands",  # ``clmagic ls`` / ``config`` print their tables with it
         "clmagic.show.sweep",  # the sweep's and the kernel facts' DataFrames
     },
     "ipywidgets": {"clmagic.show.widget"},  # the cache panel

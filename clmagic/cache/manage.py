@@ -17,9 +17,9 @@ from clmagic.opencl import devices as _devices
 from clmagic.process.session import or_default
 from clmagic.config import parse_age, parse_size
 from clmagic.errors import ClmagicError, DeviceError, OptionsError
+from clmagic.key.includes import DRIVER_FLAG_VARS
 from clmagic.store.lifetime import counters_for
 from clmagic.trip.records import DeviceUsage, Stats, from_origin, tally_of
-from clmagic._format import fmt_bytes
 
 if TYPE_CHECKING:
     from clmagic.trip.compiler import Compiler
@@ -27,9 +27,10 @@ if TYPE_CHECKING:
     from clmagic.entry import Entry, EntryMeta
     from clmagic.store import Store
 
-__all__ = ["parse_age", "device_fingerprints", "select_entries", "remove_entries", "clear_cache",
-           "Removed", "stats", "zero_stats", "lifetime_counts", "prune", "cache_info", "CacheInfo",
-           "entry_label"]
+__all__ = ["parse_age", "device_fingerprints", "select_entries", "remove_entries",
+           "clear_cache", "Removed", "to_clear", "stats", "zero_stats", "lifetime_counts",
+           "prune", "cache_info", "CacheInfo", "entry_label", "READ_VARIABLES",
+           "read_variables"]
 
 _HEX = re.compile(r"^[0-9a-f]{1,64}$")
 
@@ -103,6 +104,9 @@ class Removed:
     bytes: int = 0
     location: str = ""
     keys: list[str] = field(default_factory=list)
+    #: what the store holds after it (a prune says it; ``-1``: not counted)
+    left_entries: int = -1
+    left_bytes: int = -1
 
 
 def _clearable(store: Store, remote: bool) -> Store:
@@ -165,6 +169,24 @@ def clear_cache(device: object = None, older_than: str | float | None = None,
         return out
     return remove_entries(select_entries(store, device, older_than, keys, origin=origin), c,
                           remote=remote)
+
+
+def to_clear(device: object = None, older_than: str | float | None = None,
+             keys: Iterable[str] = (), compiler: Compiler | None = None, *,
+             remote: bool = False, origin: str | None = None) -> Removed:
+    """What :func:`clear_cache` with the same arguments would remove, counted and not removed:
+    so a question can say it ("remove 5 entries (267.7 KB)?") and an empty cache need not be
+    asked about. The same store is chosen (a shared one refused without ``remote``)."""
+    c = or_default(compiler)
+    if c.store is None:
+        return Removed(location=_where(None))
+    store = _clearable(c.store, remote)
+    out = Removed(location=_where(store))
+    for e in select_entries(store, device, older_than, keys, origin=origin):
+        out.entries += 1
+        out.bytes += e.usage.stored_bytes
+        out.keys.append(e.key)
+    return out
 
 
 def _where(store: Store | None) -> str:
@@ -232,30 +254,46 @@ def zero_stats(compiler: Compiler | None = None) -> bool:
 def prune(max_size: int | str | None = None, older_than: str | float | None = None,
           compiler: Compiler | None = None) -> Removed:
     """Evict least recently used entries until the store holds at most ``max_size`` (bytes or
-    ``500M``-style; default: the store's own limit), and every entry unused for ``older_than``
-    (an age or seconds); says how many entries and bytes went. A limit that cannot hold the
-    largest entry is refused (nothing removed); so is a memory-only cache."""
+    ``500M``-style; default: the store's own limit; ``0``: no limit, as in
+    ``CLMAGIC_CACHE_MAX_SIZE``), and every entry unused for ``older_than`` (an age or seconds);
+    says how many entries and bytes went and what is left. As ccache does, a size below the
+    largest entry evicts down to it (every entry, if need be): the user asked for that size.
+    Refused: a memory-only cache, and nothing to go by (no size limit and no age)."""
     c = or_default(compiler)
     if c.store is None:
         raise OptionsError("the cache is off (memory only): nothing to prune")
     limit = parse_size(max_size) if max_size is not None else c.store.max_size
     age = parse_age(older_than) if older_than is not None else None
     if not limit and age is None:
-        raise OptionsError(f"the cache at {c.store.location} has no size limit: give a size "
-                           "or an age")
+        said = "a size of 0 means no limit" if max_size is not None else \
+            f"the cache at {c.store.location} has no size limit"
+        raise OptionsError(f"{said}: give a size above 0 or an age (--older-than)")
     uses = c.store.usage_list()
-    biggest = max((u.size for u in uses), default=0)
-    if limit and limit < biggest:
-        raise OptionsError(f"a limit of {fmt_bytes(limit)} is smaller than one entry "
-                           f"(the largest takes {fmt_bytes(biggest)}); nothing removed")
-    gone = c.store.evict(limit if limit else sum(u.size for u in uses), age, uses=uses)
+    total = sum(u.size for u in uses)
+    gone = c.store.evict(limit if limit else total, age, uses=uses)
     out = Removed(location=_where(c.store))
     for u in gone:
         c.forget(u.fingerprint, u.key)
         out.entries += 1
         out.bytes += u.size
         out.keys.append(u.key)
+    out.left_entries, out.left_bytes = len(uses) - out.entries, total - out.bytes
+    c.history.changed()
     return out
+
+
+#: the variables of other tools that clmagic reads (besides its own ``CLMAGIC_*``): the device
+#: choice and pyopencl's build options and cache switch (the hook follows them), and the
+#: drivers' extra build flags (they enter the key)
+READ_VARIABLES = frozenset({"PYOPENCL_CTX", "PYOPENCL_BUILD_OPTIONS", "PYOPENCL_NO_CACHE",
+                            *DRIVER_FLAG_VARS})
+
+
+def read_variables(env: dict[str, str]) -> dict[str, str]:
+    """The variables of ``env`` that clmagic reads: its own and :data:`READ_VARIABLES`. Not
+    those it only passes by (``PYOPENCL_HOME``, which pyopencl sets for itself at import,
+    ``POCL_DEVICES``…): a list of what is in effect should hold what changes clmagic."""
+    return {k: v for k, v in env.items() if k.startswith("CLMAGIC_") or k in READ_VARIABLES}
 
 
 @dataclass
@@ -287,7 +325,7 @@ def cache_info(compiler: Compiler | None = None) -> CacheInfo:
     return CacheInfo(
         location=store.location if store else "memory only",
         kind=store.kind if store else "none", writable=bool(store and store.writable),
-        reason=(store.reason if store else "") or "", env=dict(c.settings.env),
+        reason=(store.reason if store else "") or "", env=read_variables(c.settings.env),
         record=c.settings.record, active=active,
         devices=[(i, per.get(i.fingerprint)) for i in infos],
     )

@@ -17,20 +17,18 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from clmagic._format import count_of, fmt_bytes
 from clmagic._warn import held_warnings
 from clmagic.config import Settings, parse_age, parse_size
 from clmagic.errors import ClmagicError, OptionsError
+from clmagic.cli.table import terminal_width
 from clmagic.store._fs import kind_of
 from clmagic.show.views import text_of
 
 if TYPE_CHECKING:
     from clmagic.trip.compiler import Compiler
 
-__all__ = ["HANDLERS", "LS_COLUMNS"]
-
-#: the columns ``clmagic ls`` shows (``--csv``/``--json`` give every column)
-LS_COLUMNS = ("key", "kernels", "options", "device", "binary_bytes", "build_ms", "hits",
-              "last_used")
+__all__ = ["HANDLERS"]
 
 
 def _compiler(writable: bool = False) -> Compiler:
@@ -107,10 +105,9 @@ def _ls(args: argparse.Namespace) -> int:
     elif df.empty:
         print("no entries")
     else:
-        shown = df[[c for c in LS_COLUMNS if c in df.columns]].copy()
-        shown["key"] = shown["key"].str[:16]
-        shown["last_used"] = shown["last_used"].dt.strftime("%Y-%m-%d %H:%M")
-        print(shown.to_string(index=False, max_colwidth=36))
+        from clmagic.cli.listing import ls_lines
+
+        print("\n".join(ls_lines(df, terminal_width())))
     return 0
 
 
@@ -129,7 +126,9 @@ def _stats(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(s.as_dict())
     else:
-        print(text_of(s))
+        from clmagic.cli.listing import stats_lines
+
+        print("\n".join(stats_lines(s, text_of(s))))
     return 0
 
 
@@ -148,17 +147,28 @@ def _clear(args: argparse.Namespace) -> int:
         parse_age(args.older_than)  # bad input before anything is opened
     c = _compiler(writable=True)
     everything = not (args.keys or args.device or args.older_than or args.origin)
-    if everything and not args.yes and sys.stdin.isatty():
-        if not _confirm(f"remove every entry of {c.store.location}?"):  # type: ignore
+    if everything:
+        going = manage.to_clear(compiler=c, remote=args.remote)
+        if not going.entries:  # nothing to ask about, nothing to do
+            return _say_removed(args, going, f"nothing to remove: no entries in "
+                                             f"{going.location}")
+        if not args.yes and sys.stdin.isatty() and not _confirm(
+                f"remove {count_of(going.entries, 'entry')} ({fmt_bytes(going.bytes)}) "
+                f"from {going.location}?"):
             print("nothing removed")
             return 1
     removed = manage.clear_cache(args.device, args.older_than, args.keys, c, origin=args.origin,
                                  remote=args.remote)
+    return _say_removed(args, removed, text_of(removed))
+
+
+def _say_removed(args: argparse.Namespace, removed: Any, text: str) -> int:
+    """What a clear removed: ``text``, or the counts as JSON."""
     if args.json:
         _print_json({"entries": removed.entries, "bytes": removed.bytes,
                      "location": removed.location})
     else:
-        print(text_of(removed))
+        print(text)
     return 0
 
 
@@ -172,9 +182,16 @@ def _prune(args: argparse.Namespace) -> int:
     removed = manage.prune(max_size=max_size, older_than=args.older_than, compiler=c)
     if args.json:
         _print_json({"entries": removed.entries, "bytes": removed.bytes,
-                     "location": removed.location})
-    else:
-        print(text_of(removed).replace("removed", "evicted", 1))
+                     "location": removed.location, "left_entries": removed.left_entries,
+                     "left_bytes": removed.left_bytes})
+        return 0
+    raw = (args.max_size or "").strip()
+    asked = [f"down to {fmt_bytes(max_size)}" if raw.isdigit() else
+             f"down to {raw} = {fmt_bytes(max_size)}"] if max_size else []
+    asked += [f"unused for {args.older_than}"] if args.older_than else []
+    print(text_of(removed).replace("removed", "evicted", 1)
+          + (f" ({', '.join(asked)})" if asked else " (down to the cache's limit)"))
+    print(f"left: {count_of(removed.left_entries, 'entry')}, {fmt_bytes(removed.left_bytes)}")
     return 0
 
 
@@ -258,10 +275,9 @@ def _config(args: argparse.Namespace) -> int:
         _print_json([{"setting": n, "variable": v, "value": val, "origin": o}
                      for n, v, val, o in rows])
         return 0
-    import pandas as pd
+    from clmagic.cli.listing import config_lines
 
-    df = pd.DataFrame(rows, columns=["setting", "variable", "value", "origin"])
-    print(df.to_string(index=False))
+    print("\n".join(config_lines(rows, terminal_width())))
     return 0
 
 

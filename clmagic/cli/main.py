@@ -11,6 +11,8 @@ import sys
 import tempfile
 from collections.abc import Callable
 
+from clmagic.cli.argv import join_dash_values, unknown_command
+
 ORIGIN_HELP = ("only entries first built for MODULE: cell (%%%%clkernel, clmagic.build), a "
                "module that built through clmagic.install() (pyopencl.elementwise), or a "
                "package (pyopencl, silx)")
@@ -230,6 +232,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_run(sub.add_parser)
     _add_listing_commands(sub.add_parser)
     _add_file_commands(sub.add_parser)
+    parser.set_defaults(commands=tuple(sub.choices))  # for the nearest one to a typo
     return parser
 
 
@@ -318,35 +321,39 @@ def _add_file_commands(add: _Add) -> None:
     config.add_argument("--json", action="store_true", help="as JSON")
 
 
-#: options whose value may start with "-" (a negative size is then refused by clmagic, in its
-#: own words, instead of argparse's "expected one argument"; build options start with "-")
-_DASH_VALUES = ("--max-size", "--older-than", "--opts")
-
-
-def _join_dash_values(argv: list[str]) -> list[str]:
-    if not argv or argv[0] not in ("clear", "prune", "warm"):
-        return argv  # (``run`` hands its arguments to the script untouched)
-    out: list[str] = []
-    for arg in argv:
-        if out and out[-1] in _DASH_VALUES and arg.startswith("-"):
-            out[-1] = f"{out[-1]}={arg}"
-        else:
-            out.append(arg)
-    return out
-
-
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the ``clmagic`` command."""
+    """Entry point of the ``clmagic`` command. A reader that goes away (``clmagic ls | head``)
+    ends it quietly, whatever was printing: a listing, ``--help``, a usage error (argparse
+    prints those itself and exits, so its exit is caught here too and stdout flushed inside
+    the guard, not at interpreter exit where the error would be a traceback)."""
+    try:
+        try:
+            code = _main(sys.argv[1:] if argv is None else list(argv))
+        except SystemExit as exc:  # argparse's --help, --version and usage errors
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
+        sys.stdout.flush()
+        return code
+    except BrokenPipeError:  # the reader left; nothing more to say
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+
+
+def _main(argv: list[str]) -> int:
     from clmagic.errors import ClmagicError
 
-    argv = _join_dash_values(sys.argv[1:] if argv is None else list(argv))
+    argv = join_dash_values(argv)
     if argv[:1] == [_CHILD]:
         child = argparse.ArgumentParser(prog=f"clmagic {_CHILD}")
         _demo_arguments(child)
         args = child.parse_args(argv[1:])
         args.cmd = _CHILD
     else:
-        args = build_parser().parse_args(argv)
+        parser = build_parser()
+        unknown = unknown_command(argv, parser.get_default("commands"))
+        if unknown:
+            print(unknown, file=sys.stderr)
+            return 2
+        args = parser.parse_args(argv)
     handler: dict[str, Callable[[argparse.Namespace], int]] = {
         "demo": _demo, _CHILD: _demo_child, "devices": _devices, "info": _info, "run": _run}
     if args.cmd not in handler:
@@ -355,7 +362,7 @@ def main(argv: list[str] | None = None) -> int:
         handler = commands.HANDLERS
     try:
         code = handler[args.cmd](args)
-        sys.stdout.flush()  # here, so that a reader gone away is met below, not at exit
+        sys.stdout.flush()  # here, so that a reader gone away is met in main, not at exit
         return code
     except ClmagicError as exc:
         print(f"clmagic: {exc}", file=sys.stderr)
@@ -365,12 +372,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("clmagic: interrupted", file=sys.stderr)
         return 130
-    except BrokenPipeError:  # `clmagic ls | head`: the reader left; nothing more to say
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 1
     except OSError as exc:  # a file the work needed failed (disk full, permission): one line
-        if args.cmd == "run":
-            raise  # the script's own error: its traceback, as python shows it
+        if args.cmd == "run" or isinstance(exc, BrokenPipeError):
+            raise  # the script's own error: its traceback, as python shows it; a pipe: main's
         where = f": {exc.filename}" if exc.filename else ""
         print(f"clmagic: {exc.strerror or exc}{where}", file=sys.stderr)
         return 1
