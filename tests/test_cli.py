@@ -54,3 +54,17 @@ def test_an_unknown_command_names_the_nearest():
         assert proc.returncode == 2 and proc.stdout == ""
         assert proc.stderr == (f"clmagic: '{typo}' is not a clmagic command; did you mean "
                                f"'{meant}'? (clmagic --help)\n")
+
+
+def test_info_lists_only_the_variables_clmagic_reads(tmp_path, pocl):
+    """PYOPENCL_HOME is pyopencl's own (it sets it at import); POCL_DEVICES is the driver's:
+    neither changes clmagic, so neither is listed; the ones that do are."""
+    proc = clmagic("info", CLMAGIC_CACHE_DIR=str(tmp_path), PYOPENCL_HOME="/somewhere",
+                   POCL_DEVICES="pthread", PYOPENCL_BUILD_OPTIONS="-DX=1",
+                   POCL_EXTRA_BUILD_FLAGS="-DY=2", CLMAGIC_DEVICE=pocl)
+    assert proc.returncode == 0, proc.stderr
+    listed = [ln.split()[1].split("=")[0] for ln in proc.stdout.splitlines()
+              if ln.startswith("env:")]
+    assert "PYOPENCL_HOME" not in listed and "POCL_DEVICES" not in listed
+    assert {"CLMAGIC_CACHE_DIR", "CLMAGIC_DEVICE", "PYOPENCL_BUILD_OPTIONS",
+            "POCL_EXTRA_BUILD_FLAGS"} <= set(listed)

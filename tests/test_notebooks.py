@@ -133,9 +133,14 @@ def twice(tmp_path, pocl):
 
     def run(name: str):
         env = dict(CLMAGIC_CACHE_DIR=str(tmp_path / "cache"), CLMAGIC_DEVICE=pocl)
+        before = sorted(p.name for p in NOTEBOOKS.iterdir())
         first = execute(NOTEBOOKS / name, tmp_path, **env)
         second = execute(NOTEBOOKS / name, tmp_path, **env)
         assert (outcomes(first), outcomes(second)) == OUTCOMES[name]
+        # nothing left behind: not in notebooks/, nor in the folder the notebook ran in (where
+        # a user's notebooks/ would be) but the cache the test gave it (issue 24, item 8)
+        assert sorted(p.name for p in NOTEBOOKS.iterdir()) == before
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["cache"]
         return first, second
 
     return run
