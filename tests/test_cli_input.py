@@ -19,9 +19,11 @@ KERNEL = "__kernel void k(__global int *a) { a[0] = 1; }\n"
 
 
 def clmagic(*args: str, cwd: Path, cache: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "clmagic", *args], cwd=cwd,
-                          env=child_env(CLMAGIC_CACHE_DIR=str(cache)), capture_output=True,
-                          text=True, timeout=120, stdin=subprocess.DEVNULL)
+    """``clmagic ARGS`` into pipes, with no ``COLUMNS`` (a width the run's terminal left)."""
+    env = child_env(CLMAGIC_CACHE_DIR=str(cache))
+    env.pop("COLUMNS", None)
+    return subprocess.run([sys.executable, "-m", "clmagic", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
 
 
 def one_line(proc: subprocess.CompletedProcess[str], code: int, words: str) -> None:

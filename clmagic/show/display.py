@@ -5,7 +5,7 @@ IPython is imported at the first call (rendering a value does not need it)."""
 
 from __future__ import annotations
 
-__all__ = ["display", "update_display"]
+__all__ = ["display", "redraws_in_place", "update_display"]
 
 
 def display(obj: object, *, raw: bool = False, display_id: str | None = None) -> None:
@@ -23,3 +23,14 @@ def update_display(obj: object, *, display_id: str, raw: bool = False) -> None:
     from IPython.display import update_display as ipython_update
 
     ipython_update(obj, display_id=display_id, raw=raw)  # type: ignore[no-untyped-call]
+
+
+def redraws_in_place() -> bool:
+    """Whether an update of a display is drawn in place: in a kernel (ipykernel's publisher,
+    which sends ``update_display_data`` to the front end). A terminal IPython or a plain
+    ``InteractiveShell`` prints an update as one more output: there the first line stays."""
+    from IPython import get_ipython
+
+    shell = get_ipython()
+    publisher = getattr(shell, "display_pub", None)
+    return type(publisher).__module__.startswith("ipykernel")

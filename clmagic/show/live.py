@@ -5,7 +5,8 @@ is done, in place.
 IPython's display ids do it: the line is published with one, and a daemon thread that waits
 for the save publishes the line again as an update of that display. JupyterLab and the classic
 notebook route an update to the display that has its id, whatever cell runs meanwhile, so the
-line changes where it is; a front end without display ids keeps the first line, and the next
+line changes where it is; a front end without display ids keeps the first line (and a terminal, which would print
+the update as a second line, is not sent one), and the next
 rendering (``r``, the history, the panel) says ``saved``. IPython is imported at the first
 display (:mod:`clmagic.show.display`).
 """
@@ -28,10 +29,10 @@ __all__ = ["display_result"]
 def display_result(result: BuildResult) -> None:
     """Display ``result``'s line (text and HTML, made once); while its save runs, update it in
     place when the save ends."""
-    from clmagic.show.display import display  # IPython's, typed
+    from clmagic.show.display import display, redraws_in_place  # IPython's, typed
 
     pending = result.pending
-    if pending is None or pending.done:
+    if pending is None or pending.done or not redraws_in_place():
         display(result_bundle(result), raw=True)
         return
     display_id = f"clmagic-{uuid.uuid4().hex}"

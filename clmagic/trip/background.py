@@ -20,9 +20,12 @@ Nothing is lost on the way:
 A forked child starts with empty savers and hit counters (:mod:`clmagic._fork`): the parent's
 queued jobs are the parent's (its thread runs them; the child has no such thread, and its exit
 would wait for them for ever), and a save the child was waiting for says it was left to the
-parent. The fork itself waits for the job each saver is running (:data:`FORK_WAIT_S` at most),
-so that the child is not made in the middle of one: a readout holds the driver's own locks,
-which the child would find held for ever.
+parent. The fork itself waits for a saver's job that is inside the driver
+(:func:`driver_work`, :data:`FORK_WAIT_S` at most), so that the child is not made in the middle of
+a readout: that holds the driver's own locks, which the child would find held for ever. A job
+elsewhere (a store's write waiting for another process's lock) does not hold the fork up: the
+child has its own connection and file handles (:mod:`clmagic._fork`), and POSIX record locks
+are not inherited.
 """
 
 from __future__ import annotations
@@ -33,7 +36,8 @@ import threading
 import time
 import weakref
 from collections import deque
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from clmagic._fork import after_fork, around_fork
@@ -43,11 +47,11 @@ if TYPE_CHECKING:
     from clmagic.store import Store
 
 __all__ = ["Saver", "Pending", "HitCounter", "flush_all", "wait_everywhere", "exiting",
-           "EXIT_WAIT_S", "FORKED_NOTE"]
+           "driver_work", "EXIT_WAIT_S", "FORKED_NOTE"]
 
 #: the longest the process's normal exit waits for the saves still queued or running, in all
 EXIT_WAIT_S = 10.0
-#: the longest a fork waits for the job each saver is running (see :func:`_before_fork`)
+#: the longest a fork waits for the saver jobs inside the driver (see :func:`_before_fork`)
 FORK_WAIT_S = 10.0
 #: how often a waiter checks that the worker it waits for is still there
 _CHECK_S = 0.5
@@ -55,6 +59,10 @@ _CHECK_S = 0.5
 FORKED_NOTE = "not saved by this process (forked while its parent saved it)"
 
 _SAVERS: weakref.WeakSet[Saver] = weakref.WeakSet()
+#: saver jobs inside the driver now (:func:`driver_work`), and whether a fork waits for them
+_DRIVER = threading.Condition()
+_in_driver = 0
+_forking = False
 _UNSETTLED: weakref.WeakSet[Pending[Any]] = weakref.WeakSet()
 _COUNTERS: weakref.WeakSet[HitCounter] = weakref.WeakSet()
 T = TypeVar("T")
@@ -116,7 +124,6 @@ class Saver:
         self._busy = 0  # jobs queued or running
         self._awake = False  # run the queue now (a job that wakes was queued, or a flush)
         self._since = 0.0  # when the oldest job waiting was queued
-        self._running = False  # a job is running now
         self._held = False  # the condition is held across a fork (hold_for_fork)
         self._thread: threading.Thread | None = None
 
@@ -183,17 +190,14 @@ class Saver:
         """Jobs queued or running."""
         return self._busy
 
-    def hold_for_fork(self, end: float) -> None:
-        """Wait (until the monotonic time ``end`` at most) for the running job to finish, then
-        hold the queue still until :meth:`release_after_fork`: a child is then forked with no
-        job half done (a driver's readout holds the driver's own locks, which the child would
-        find held for ever; a store's transaction its file locks)."""
+    def hold_for_fork(self) -> None:
+        """Hold the queue still until :meth:`release_after_fork` (no job starts while the
+        process forks; one running goes on, and :func:`driver_work` keeps it out of the driver
+        meanwhile)."""
         if self._on_worker():
             return  # a job that forks: it cannot wait for itself
         self._cond.acquire()
         self._held = True
-        while self._running and time.monotonic() < end:
-            self._cond.wait(max(end - time.monotonic(), 0.0))
 
     def release_after_fork(self) -> None:
         """In the parent, after the fork: the queue runs again."""
@@ -219,7 +223,6 @@ class Saver:
         while True:
             with self._cond:
                 tags, job = self._next()
-                self._running = True
             try:
                 job()
             except BaseException as exc:  # noqa: BLE001 - a save that fails is reported, never
@@ -231,7 +234,6 @@ class Saver:
     def _done(self, tags: tuple[Hashable, ...]) -> None:
         with self._cond:
             self._busy -= 1
-            self._running = False
             if not self._jobs:
                 self._awake = False  # a wake (or flush) is spent with the queue
             for tag in tags:
@@ -319,21 +321,53 @@ def _at_exit() -> None:
               f"{EXIT_WAIT_S:g} s; not saved", file=sys.stderr)
 
 
+@contextmanager
+def driver_work() -> Iterator[None]:
+    """Around a background job's driver calls (a binary's readout): a fork waits for it to end,
+    and none begins while a process forks."""
+    global _in_driver
+    with _DRIVER:
+        while _forking:
+            _DRIVER.wait()
+        _in_driver += 1
+    try:
+        yield
+    finally:
+        with _DRIVER:
+            _in_driver -= 1
+            _DRIVER.notify_all()
+
+
 def _before_fork() -> None:
-    """Each saver's running job finished (:data:`FORK_WAIT_S` in all at most) and its queue
-    held still while the process forks."""
+    """Each saver's queue held still and no job inside the driver (:data:`FORK_WAIT_S` at most)
+    while the process forks."""
+    global _forking
     end = time.monotonic() + FORK_WAIT_S
     for saver in list(_SAVERS):
-        saver.hold_for_fork(end)
+        saver.hold_for_fork()
+    with _DRIVER:
+        _forking = True
+        while _in_driver and time.monotonic() < end:
+            _DRIVER.wait(max(end - time.monotonic(), 0.0))
+
+
+def _end_of_fork() -> None:
+    global _forking
+    with _DRIVER:
+        _forking = False
+        _DRIVER.notify_all()
 
 
 def _after_fork_in_parent() -> None:
+    _end_of_fork()
     for saver in list(_SAVERS):
         saver.release_after_fork()
 
 
 def _after_fork() -> None:
     """In a forked child: every saver and hit counter empty, every save under way settled."""
+    global _DRIVER, _in_driver, _forking
+    _DRIVER, _in_driver, _forking = threading.Condition(), 0, False  # its holders are not here
     for saver in list(_SAVERS):
         saver.reset_after_fork()
     for counter in list(_COUNTERS):

@@ -12,7 +12,7 @@ from clmagic.opencl import driver, readout
 from clmagic._warn import warn_once
 from clmagic.trip.records import Record
 from clmagic.store import Store
-from clmagic.trip.background import FORKED_NOTE, Pending, exiting
+from clmagic.trip.background import FORKED_NOTE, Pending, driver_work, exiting
 from clmagic.trip.state import TripState
 
 __all__ = ["save", "save_later", "not_saved"]
@@ -35,7 +35,10 @@ def save(state: TripState, rec: Record, program: cl.Program, dev: cl.Device,
             and readout.needs_helper(rec.device.platform_name)
             and rebuilt_alike(rec.source, rec.options)):  # the helper's binary is the user's
         binary = readout.read_out(rec.fingerprint, rec.source, rec.options, rec.build_ms)
-    saved = store.put(rec.entry(binary if binary is not None else driver.binary_of(program, dev)))
+    if binary is None:
+        with driver_work():  # a fork waits for the readout (it holds the driver's locks)
+            binary = driver.binary_of(program, dev)
+    saved = store.put(rec.entry(binary))
     return saved, "saved" if saved else not_saved(store)
 
 
