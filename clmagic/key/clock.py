@@ -156,7 +156,8 @@ def clock_reason(source: str, options: str, headers: Iterable[tuple[str, bytes]]
 def rebuilt_alike(source: str, options: str) -> bool:
     """Whether another build of ``source`` with ``options``, in another process, surely makes
     the binary this process made: it names no file (none to be edited, created or removed in
-    between: a name found nowhere, like ``__has_include("x.h")``, counts), reads no clock and no
+    between: a name found nowhere, like ``__has_include("x.h")``, counts; include folders
+    count only where something is included, so ``-include``/``-imacros`` do), reads no clock and no
     file name of the driver's, and no driver takes flags from the environment now (a helper
     started before they were set would build without them; one started while they were set
     builds with them, and a change since makes every build bypass the cache:
@@ -164,7 +165,9 @@ def rebuilt_alike(source: str, options: str) -> bool:
     if any(os.environ.get(name) for name in DRIVER_FLAG_VARS):
         return False
     try:
-        if includes_of(source) or any(option_inputs(options.split())):
+        # an include folder alone (pyopencl passes -I <pyopencl>/cl to every build) is searched
+        # only for a file named, and the source names none: only a forced include reads one
+        if includes_of(source) or option_inputs(options.split()).files:
             return False
     except Unkeyable:
         return False

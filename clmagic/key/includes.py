@@ -43,6 +43,7 @@ from typing import NamedTuple
 
 from clmagic.errors import ClmagicError
 from clmagic._memo import remember
+from clmagic.key.stamps import DIR, Headers, identity
 from clmagic.store._fs import TooLarge, read_regular
 
 
@@ -264,37 +265,29 @@ def driver_flags(environ: dict[str, str] | None = None) -> dict[str, str]:
 
 # -- the search ------------------------------------------------------------------------------
 
-class Headers(list[tuple[str, bytes]]):
-    """``(name, contents)`` pairs for the key; ``stamps`` holds each file's identity and
-    modification time as read, ``static`` says the source and options name no file at all
-    (the list is then empty whatever the folders hold)."""
-
-    def __init__(self, items: Iterable[tuple[str, bytes]] = ()) -> None:
-        super().__init__(items)
-        self.stamps: list[tuple[str, int, int, int, int]] = []
-        self.static = True
-        #: find_headers' arguments (text, include folders, cwd, options), for headers_changed
-        self.found_with: tuple[str, tuple[str, ...], str, str] | None = None
-
-
-def _read(path: str) -> tuple[bytes, tuple[str, int, int, int, int]] | None:
+def _read(path: str, found: Headers
+          ) -> tuple[bytes, tuple[str, int, int, int, int, int]] | None:
     """A candidate header's bytes and identity (the one safe read of
     :func:`~clmagic.store._fs.read_regular`: a FIFO never waited on, the read bounded), or
     ``None`` where the compiler's search finds nothing: missing, or a folder (clang skips a
-    folder and looks on); anything else it cannot read is "cannot tell"."""
+    folder and looks on); anything else it cannot read is "cannot tell". What it finds is
+    noted in ``found`` (:meth:`~clmagic.key.stamps.Headers.saw`)."""
     try:
         data, st = read_regular(path, MAX_HEADER_BYTES, follow=True)  # the compiler follows links
     except FileNotFoundError:
+        found.saw(path, None)
         return None
     except TooLarge:
         raise Unkeyable(f"the includes go past what a key can cover ({MAX_HEADER_BYTES >> 20} "
                         f"MiB a header at most; {path})") from None
     except OSError as exc:
         if exc.errno == errno.EISDIR or os.path.isdir(path) or not os.path.lexists(path):
+            found.saw(path, DIR if os.path.isdir(path) else None)
             return None  # a folder is skipped by the compiler's search too
         raise Unkeyable(f"{path} cannot be read ({exc.strerror}): cannot tell what the "
                         "compiler reads there") from None
-    return data, (path, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+    found.saw(path, identity(st))
+    return data, (path, *identity(st))
 
 
 def _inputs_of(options: str) -> OptionInputs:
@@ -350,7 +343,7 @@ def find_headers(
             here = [(".", f) for f in folders]
             for slot, base in [*here, *slots, ("cwd", cwd)]:
                 path = os.path.join(base, rel)
-                got = _read(path)
+                got = _read(path, found)
                 if got is None:
                     continue
                 data, stamp = got
@@ -367,8 +360,9 @@ def find_headers(
                 found.stamps.append(stamp)
                 inner = includes_of(data.decode("utf-8", "replace"))
                 if inner:
-                    parents = list(dict.fromkeys([os.path.dirname(path),
-                                                  os.path.dirname(os.path.realpath(path))]))
+                    real = os.path.realpath(path)
+                    found.saw_realpath(path, real)
+                    parents = list(dict.fromkeys([os.path.dirname(path), os.path.dirname(real)]))
                     todo.append((inner, parents))
     return found
 

@@ -1,6 +1,13 @@
 """The trip's first step: a source, its options and a device become what the caches are asked
 with (checked and normalised source, parsed options, the headers it may read, the exact key),
-before any cache is asked."""
+before any cache is asked.
+
+Preparations are remembered per source, options, device and driver flags. One of a source that
+includes nothing is reused as it is; one of a source that includes files only while a ``stat``
+of every place its include search looked finds what it found then
+(:func:`clmagic.key.stamps.unchanged`: each file read the same file with the same size, times
+and inode, not too new to be trusted; each place found empty or a folder still so; the same
+working folder). Anything else prepares the source again."""
 
 from __future__ import annotations
 
@@ -12,6 +19,7 @@ from dataclasses import dataclass, field
 
 from clmagic.opencl.devices import DeviceInfo
 from clmagic.key.includes import DRIVER_FLAG_VARS, Headers, Unkeyable, driver_flags, find_headers
+from clmagic.key.stamps import unchanged
 from clmagic.key.clock import clock_reason
 from clmagic.key.digest import cache_key
 from clmagic._memo import remember
@@ -20,7 +28,7 @@ from clmagic.key.source import check_source, preview
 
 __all__ = ["Options", "Prepared", "prepare"]
 
-#: how many preparations a compiler remembers (sources that include nothing)
+#: how many preparations a compiler remembers
 PREPARED_MAX = 512
 #: build options as callers give them (``BuildOptions``: already exact, from the pyopencl hook)
 Options = str | Iterable[str] | BuildOptions | None
@@ -29,7 +37,7 @@ Options = str | Iterable[str] | BuildOptions | None
 @dataclass(frozen=True)
 class Prepared:
     """What a source and its options become for one device before any cache is asked
-    (remembered per source, options and device when nothing is included)."""
+    (remembered per source, options and device; see the module's note)."""
 
     source: str
     src: bytes
@@ -49,9 +57,10 @@ def prepare(source: str | bytes, options: Options, info: DeviceInfo,
     """Check and normalise the source, parse the options, find headers, hash the key; a source
     that reads the clock is marked ``unkeyable`` (built every time, like ccache does).
 
-    Remembered in ``memo`` (under ``lock``) for sources that include nothing, whose key depends
-    on the arguments alone (a re-run cell then costs a dict lookup: 0.36 ms → µs on the H200
-    host for silx code).
+    Remembered in ``memo`` (under ``lock``): a source that includes nothing has a key that
+    depends on the arguments alone (a re-run cell then costs a dict lookup: 0.36 ms → µs on the
+    H200 host for silx code); one that includes files is reused while its include search is
+    :func:`~clmagic.key.stamps.unchanged` (a ``stat`` a place looked at), else prepared again.
     """
     if not isinstance(options, str | None | BuildOptions):
         options = tuple(options)  # hashable, and a generator is read once
@@ -60,7 +69,7 @@ def prepare(source: str | bytes, options: Options, info: DeviceInfo,
     args: tuple[object, ...] = (source, options, info.fingerprint,
                                 *map(os.environ.get, DRIVER_FLAG_VARS))
     prepared = memo.get(args)
-    if prepared is not None:
+    if prepared is not None and unchanged(prepared.files, os.getcwd()):
         return prepared
     opts = parse_options(options)
     try:
@@ -75,7 +84,7 @@ def prepare(source: str | bytes, options: Options, info: DeviceInfo,
     key = cache_key(src, opts.effective, info, headers, flags)
     prepared = Prepared(text, src, opts, key, tuple(name for name, _ in headers),
                         preview(text), unkeyable, headers, flags)
-    if headers.static and not unkeyable:  # the key depends on the arguments alone
+    if headers.reusable and not unkeyable:  # checked by stat on reuse where files are read
         with lock:
             remember(memo, args, prepared, PREPARED_MAX)
     return prepared

@@ -1,0 +1,156 @@
+"""A HIT's own work kept small without serving a stale program: remembered preparations of
+sources that include files (checked by stat on reuse), and the rest of the HIT path."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+from conftest import kernel_value
+
+from clmagic import Compiler, Outcome
+from clmagic.key import stamps
+from clmagic.key.clock import rebuilt_alike
+
+MAIN = '#include "params.h"\n__kernel void k(__global int *a) { a[get_global_id(0)] = VAL; }\n'
+#: how new a file may be before memory trusts it, in these tests (the real rule: 2 s)
+YOUNG_NS = 50_000_000
+
+
+@pytest.fixture
+def project(tmp_path, monkeypatch):
+    """A working folder and an include folder holding ``params.h``; files count as old
+    after :data:`YOUNG_NS` (:func:`settle` waits that long)."""
+    work = tmp_path / "work"
+    (work / "inc").mkdir(parents=True)
+    (work / "inc" / "params.h").write_text("#define VAL 41\n")
+    monkeypatch.chdir(work)
+    monkeypatch.setattr(stamps, "TOO_NEW_NS", YOUNG_NS)
+    settle()
+    return work
+
+
+def settle() -> None:
+    """Wait until every file written so far is old enough to be trusted from memory."""
+    time.sleep(YOUNG_NS * 2 / 1e9)
+
+
+def prepared(compiler, source=MAIN, options="-Iinc"):
+    return compiler.state.prepare(source, options, compiler.resolve()[0])
+
+
+def test_a_source_with_headers_is_prepared_once_while_nothing_changes(project, compiler):
+    first = compiler.build(MAIN, "-Iinc")
+    assert first.outcome == Outcome.MISS and kernel_value(first) == 41
+    again = prepared(compiler)
+    assert prepared(compiler) is again  # remembered, checked by stat alone
+    assert compiler.build(MAIN, "-Iinc").outcome == Outcome.MEMORY
+
+
+def test_an_edit_that_keeps_size_and_mtime_is_seen(project, compiler):
+    header = project / "inc" / "params.h"
+    assert kernel_value(compiler.build(MAIN, "-Iinc")) == 41
+    st = header.stat()
+    header.write_text("#define VAL 57\n")  # same size
+    os.utime(header, ns=(st.st_atime_ns, st.st_mtime_ns))  # same mtime: only ctime moves
+    assert header.stat().st_size == st.st_size and header.stat().st_mtime_ns == st.st_mtime_ns
+    r = compiler.build(MAIN, "-Iinc")
+    assert r.outcome == Outcome.MISS and kernel_value(r) == 57
+
+
+def test_a_header_appearing_earlier_in_the_search_is_seen(project, compiler):
+    assert kernel_value(compiler.build(MAIN, "-Iinc")) == 41
+    settle()
+    prepared(compiler)
+    (project / "params.h").write_text("#define VAL 7\n")  # the includer's folder: first
+    r = compiler.build(MAIN, "-Iinc")
+    assert r.outcome == Outcome.MISS and kernel_value(r) == 7
+    settle()
+    (project / "params.h").unlink()  # removed: inc/params.h again
+    r = compiler.build(MAIN, "-Iinc")
+    assert r.outcome in (Outcome.MEMORY, Outcome.HIT) and kernel_value(r) == 41
+
+
+def test_a_folder_in_the_way_and_a_removed_header(project, compiler):
+    (project / "params.h").mkdir()  # a folder: the compiler skips it
+    assert kernel_value(compiler.build(MAIN, "-Iinc")) == 41
+    (project / "params.h").rmdir()
+    (project / "params.h").write_text("#define VAL 8\n")  # a file where the folder was
+    assert kernel_value(compiler.build(MAIN, "-Iinc")) == 8
+    (project / "params.h").unlink()
+    (project / "inc" / "params.h").unlink()
+    with pytest.raises(Exception) as info:  # nothing left to include: the compiler says so
+        compiler.build(MAIN, "-Iinc")
+    assert "params.h" in getattr(info.value, "log", str(info.value))
+
+
+def test_a_switched_symlink_is_seen(project, compiler):
+    inc = project / "inc"
+    (inc / "a.h").write_text("#define VAL 1\n")
+    (inc / "b.h").write_text("#define VAL 2\n")
+    (inc / "params.h").unlink()
+    (inc / "params.h").symlink_to("a.h")
+    settle()
+    assert kernel_value(compiler.build(MAIN, "-Iinc")) == 1
+    (inc / "next.h").symlink_to("b.h")
+    os.replace(inc / "next.h", inc / "params.h")  # the link now names another file
+    assert kernel_value(compiler.build(MAIN, "-Iinc")) == 2
+
+
+def test_a_switched_link_to_a_folder_moves_the_nested_search(project, compiler, settings):
+    """A header's own includes are covered from its folder as named and as resolved (the
+    drivers differ): the same file reached through a link into another folder covers that
+    folder's headers, in memory as in a new process."""
+    for name, val in (("one", 1), ("two", 2)):
+        (project / name).mkdir()
+        (project / name / "val.h").write_text(f"#define VAL {val}\n")
+    (project / "one" / "params.h").write_text('#include "val.h"\n')
+    os.link(project / "one" / "params.h", project / "two" / "params.h")  # the same file
+    (project / "inc" / "params.h").unlink()
+    (project / "inc" / "params.h").symlink_to(project / "one" / "params.h")
+    settle()
+    first = prepared(compiler)
+    assert prepared(compiler) is first
+    os.replace(_link(project / "inc" / "tmp", project / "two" / "params.h"),
+               project / "inc" / "params.h")
+    moved = prepared(compiler)
+    assert moved.key != first.key and moved.key == Compiler(settings).key(MAIN, "-Iinc")
+    assert [d for _, d in moved.files] == [b'#include "val.h"\n', b"#define VAL 2\n"]
+
+
+def _link(path, target):
+    path.symlink_to(target)
+    return path
+
+
+def test_a_header_too_new_is_read_again(project, compiler, monkeypatch):
+    monkeypatch.setattr(stamps, "TOO_NEW_NS", 2_000_000_000)  # the real rule
+    header = project / "inc" / "params.h"
+    header.write_text("#define VAL 43\n")
+    assert kernel_value(compiler.build(MAIN, "-Iinc")) == 43
+    assert prepared(compiler) is not prepared(compiler)  # not remembered: read each time
+    st = header.stat()
+    header.write_text("#define VAL 44\n")
+    os.utime(header, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert kernel_value(compiler.build(MAIN, "-Iinc")) == 44
+
+
+def test_a_changed_working_folder_prepares_again(project, compiler, monkeypatch, tmp_path):
+    assert kernel_value(compiler.build(MAIN.replace('"params.h"', "<params.h>"), "-Iinc")) == 41
+    other = tmp_path / "other"
+    (other / "inc").mkdir(parents=True)
+    (other / "inc" / "params.h").write_text("#define VAL 9\n")
+    monkeypatch.chdir(other)
+    settle()
+    assert kernel_value(compiler.build(MAIN.replace('"params.h"', "<params.h>"), "-Iinc")) == 9
+
+
+def test_an_include_folder_alone_does_not_stop_the_helper_rebuild():
+    """pyopencl passes ``-I <pyopencl>/cl`` to every build: a folder is searched only for a
+    file named, so a source that names none builds alike anywhere; a forced include does not."""
+    plain = "__kernel void k(__global int *a) { a[0] = 1; }\n"
+    assert rebuilt_alike(plain, "-I /opt/pyopencl/cl -DX=1")
+    assert not rebuilt_alike(plain, "-include x.h")
+    assert not rebuilt_alike(plain, "-I /opt/inc -imacros m.h")
+    assert not rebuilt_alike('#include "x.h"\n' + plain, "-I /opt/inc")
