@@ -287,10 +287,16 @@ say(code=code, redirected=redirected)
     assert "the child speaks" in str(out["stderr"])
 
 
-def test_a_fork_waits_for_the_readout_the_saver_is_doing(cache_dir, pocl):
+def test_a_fork_waits_for_the_readout_the_saver_is_doing(cache_dir, pocl, tmp_path):
     """POCL's in-process readout holds POCL's compiler lock; a child forked in the middle of it
     would find that lock held for ever and hang in its first build. The fork waits for the
-    saver's running job, so the child builds on the same driver."""
+    saver's readout, so the child builds on the same driver. (On POCL the saver reads a binary
+    out in-process only when the readout helper fails: here it is stopped from its start.)"""
+    from test_stopped_helpers import HANG
+
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(HANG)
     out = _run('''
 c = clmagic.Compiler()
 r = c.build("".join(f"__kernel void k{i}(__global float *a) {{ a[{i}] = {i}; }}\\n"
@@ -312,6 +318,8 @@ say(reading_at_fork=reading())
 code = reap(fork(work))
 say(code=code, parent_saved=r.saved)
 ''', SRC=SAXPY, CLMAGIC_CACHE_DIR=str(cache_dir), CLMAGIC_DEVICE=pocl,
-        CLMAGIC_READOUT_HELPER="0")
+        CLMAGIC_READOUT_HELPER="1", CLMAGIC_TEST_HANG="stop",
+        CLMAGIC_TEST_HANG_WHO="clmagic.opencl.readout",
+        PYTHONPATH=f"{site}:{child_env()['PYTHONPATH']}")
     assert out["reading_at_fork"] is True
     assert out["code"] == 0 and out["child"] == "MISS" and out["parent_saved"] is True

@@ -86,7 +86,7 @@ def test_writes_into_home():
 
 def test_the_home_guard_fails_a_test_that_leaves_something_in_home():
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "0",
          f"{Path(__file__).name}::test_writes_into_home"],
         env={**os.environ, "CLMAGIC_TEST_HOME_GUARD": "1"}, cwd=ROOT / "tests",
         capture_output=True, text=True, timeout=240)

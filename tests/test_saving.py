@@ -256,3 +256,37 @@ def test_normalise_fast_path_agrees_with_the_split():
     odd = "// Å, \u2028, \x0c and a lone \r are no line ends here\n" + normal  # nor copied
     assert normalise_source(odd) is odd
 
+
+
+READER = '''
+import json, os, threading
+import clmagic
+from clmagic.opencl import driver
+seen = []
+original = driver.binary_of
+def binary_of(program, dev):  # which thread reads the binary out
+    seen.append(threading.current_thread().name)
+    return original(program, dev)
+driver.binary_of = binary_of
+c = clmagic.Compiler()
+r = c.build("#include \\"one.h\\"\\n" + os.environ["SRC"], "-I" + os.environ["INC"])
+read_when_returned = list(seen)
+saved = r.saved
+print(json.dumps(dict(seen=seen, at_return=read_when_returned, saved=saved)))
+'''
+
+
+def test_a_pocl_binary_is_never_read_out_beside_the_users_launches(tmp_path, pocl, oclgrind):
+    """Debian's POCL 3.1 aborts the process when a background readout's code generation meets
+    the user's kernels (pyopencl's own tests under `clmagic run`, test_pyopencl_suite): on POCL
+    a binary the helper cannot read (a source with headers) is read out by the building thread
+    before the build returns, and only the store's write is left to the saver; on another
+    driver (Oclgrind) the saver reads it."""
+    (tmp_path / "one.h").write_text("#define ONE 1\n")
+    for device, reader, ready in ((pocl, "MainThread", True), (oclgrind, "clmagic-saver", None)):
+        out = last_json(run_child(READER, SRC=SAXPY, INC=str(tmp_path), CLMAGIC_DEVICE=device,
+                                  CLMAGIC_CACHE_DIR=str(tmp_path / "cache"),
+                                  CLMAGIC_READOUT_HELPER="1"))
+        assert out["seen"] == [reader] and out["saved"] is True, (device, out)
+        if ready:
+            assert out["at_return"] == [reader]

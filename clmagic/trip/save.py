@@ -15,31 +15,38 @@ from clmagic.store import Store
 from clmagic.trip.background import FORKED_NOTE, Pending, driver_work, exiting
 from clmagic.trip.state import TripState
 
-__all__ = ["save", "save_later", "not_saved"]
+__all__ = ["save", "save_later", "by_helper", "not_saved"]
 
 
 def save(state: TripState, rec: Record, program: cl.Program, dev: cl.Device,
-         aside: bool = False) -> tuple[bool, str]:
-    """Store the entry of ``rec``, with the binary ``program`` holds for ``dev``; returns
-    (saved, note). ``aside``: the user goes on with ``program`` meanwhile, so on a driver whose
-    readout holds the driver (POCL) a source that reads no header is read out by a helper
-    process (:mod:`clmagic.opencl.readout`), unless the process is ending (nobody launches anything
-    then, and a helper would only add its start). The helper builds the text again, so only a
-    build that is a function of text, options and device goes there
-    (:func:`clmagic.key.clock.rebuilt_alike`: no file named, no clock, no ``__FILE__``)."""
+         aside: bool = False, binary: bytes | None = None) -> tuple[bool, str]:
+    """Store the entry of ``rec``, with the binary ``program`` holds for ``dev`` (or
+    ``binary``, read out already); returns (saved, note). ``aside``: the user goes on with
+    ``program`` meanwhile, so the binary comes from a helper process where
+    :func:`by_helper` says so (a helper that fails leaves the readout to this thread: on POCL
+    that is beside the user's launches, the rare case :func:`save_later` otherwise avoids)."""
     store = state.store
     if store is None:
         return False, "cache off (memory only)"
-    binary = None
-    if (aside and rec.source and not rec.headers and not exiting()
-            and readout.needs_helper(rec.device.platform_name)
-            and rebuilt_alike(rec.source, rec.options)):  # the helper's binary is the user's
+    if binary is None and aside and rec.source and by_helper(rec):
         binary = readout.read_out(rec.fingerprint, rec.source, rec.options, rec.build_ms)
     if binary is None:
         with driver_work():  # a fork waits for the readout (it holds the driver's locks)
             binary = driver.binary_of(program, dev)
     saved = store.put(rec.entry(binary))
     return saved, "saved" if saved else not_saved(store)
+
+
+def by_helper(rec: Record) -> bool:
+    """Whether a helper process reads the binary of ``rec`` out: on a driver whose readout holds
+    the driver (POCL, :mod:`clmagic.opencl.readout`), for a source that reads no header, unless
+    the process is ending (nobody launches anything then, and a helper would only add its
+    start). The helper builds the text again, so only a build that is a function of text,
+    options and device goes there (:func:`clmagic.key.clock.rebuilt_alike`: no file named, no
+    clock, no ``__FILE__``)."""
+    return bool(rec.source and not rec.headers and not exiting()
+                and readout.needs_helper(rec.device.platform_name)
+                and rebuilt_alike(rec.source, rec.options))  # the helper's binary is the user's
 
 
 def not_saved(store: Store) -> str:
@@ -50,14 +57,20 @@ def not_saved(store: Store) -> str:
 def save_later(state: TripState, rec: Record, kept: Record | None, program: cl.Program,
                dev: cl.Device, why: str = "") -> Pending[Record]:
     """Read out and save the binary of ``rec``'s build on the saver's thread; the history's
-    record (``kept``) then says how it ended, and so does the returned :class:`Pending`."""
+    record (``kept``) then says how it ended, and so does the returned :class:`Pending`. Where
+    a readout may not run beside the user's threads and no helper does it
+    (:func:`~clmagic.opencl.readout.reads_beside_the_user`), it is done here, first."""
     pending: Pending[Record] = Pending(rec, forked=lambda r: dataclasses.replace(
         r, saved_to_store=False, note=FORKED_NOTE))  # a forked child: the parent saves it
+    binary = None
+    if (state.store is not None and not by_helper(rec)
+            and not readout.reads_beside_the_user(rec.device.platform_name)):
+        binary = driver.binary_of(program, dev)  # here: never beside the user's launches
 
     def job() -> None:
         saved, note = False, "not saved"
         try:
-            saved, note = save(state, rec, program, dev, aside=True)
+            saved, note = save(state, rec, program, dev, aside=True, binary=binary)
             note = f"{why} · {note}" if why else note
         except Exception as exc:  # whatever went wrong, the build stands and nobody hangs
             note = f"not saved ({exc})"
