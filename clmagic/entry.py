@@ -20,7 +20,7 @@ import hmac
 import json
 import math
 import struct
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -247,8 +247,7 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
-class _NotFinite(ValueError):
-    pass
+class _NotFinite(ValueError): ...
 
 
 def _finite(text: str) -> float:
@@ -262,9 +261,10 @@ def _finite(text: str) -> float:
 #: make one per call): no NaN or infinity is read
 _JSON = json.JSONDecoder(parse_constant=_no_constant, parse_float=_finite)
 _CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+_Cut = Callable[[EntryMeta], bytes]  # the stored bytes of metadata as canonical's (check_meta)
 
 
-def parse_json(raw: bytes | str) -> EntryMeta:
+def parse_json(raw: bytes | str, cut: _Cut | None = None) -> EntryMeta:
     """Metadata from its JSON text (an entry file's, a Redis hash's ``meta``), checked."""
     if len(raw) > MAX_META:
         raise CorruptEntry(f"metadata of {len(raw)} bytes is over the {MAX_META} limit")
@@ -276,7 +276,7 @@ def parse_json(raw: bytes | str) -> EntryMeta:
         raise CorruptEntry(f"metadata is not valid JSON: {exc}") from None
     except RecursionError:
         raise CorruptEntry("metadata is nested too deeply") from None
-    return check_meta(meta, bounded=True)
+    return check_meta(meta, bounded=True, cut=cut)
 
 
 def _bound(meta: dict[str, Any]) -> None:
@@ -301,12 +301,12 @@ def _bound(meta: dict[str, Any]) -> None:
             raise CorruptEntry(f"metadata is over the {MAX_META} byte limit")
 
 
-def check_meta(meta: Any, bounded: bool = False) -> EntryMeta:
+def check_meta(meta: Any, bounded: bool = False, cut: _Cut | None = None) -> EntryMeta:
     """Check metadata however it was read (entry file, SQLite columns, Redis hash): a dict with
     every required field of its type (an optional one, when present, too), names as strings, no
     NaN or infinity anywhere, at most :data:`MAX_META` bytes of content (``bounded``: already
-    known, as of metadata :func:`parse_json` read). Returns it typed; raises
-    :class:`CorruptEntry` saying what is wrong."""
+    known, as of metadata :func:`parse_json` read), its digest (over ``cut(meta)`` first, when
+    given). Returns it typed; raises :class:`CorruptEntry` saying what is wrong."""
     if not isinstance(meta, dict):
         raise CorruptEntry("metadata is not a JSON object")
     typed: dict[str, Any] = {}
@@ -325,7 +325,7 @@ def check_meta(meta: Any, bounded: bool = False) -> EntryMeta:
         _bound(meta)
     other = {k: v for k, v in meta.items() if k not in _NAMES}
     typed_meta = EntryMeta(**typed, other=other)
-    _check_digest(typed_meta)
+    _check_digest(typed_meta, cut)
     return typed_meta
 
 
@@ -367,8 +367,9 @@ def signed(meta: EntryMeta, secret: Secret, binary: bytes | bytearray | memoryvi
     return hmac.compare_digest(good, meta.signature)
 
 
-def _check_digest(meta: EntryMeta) -> None:
-    if meta.digest and not hmac.compare_digest(checksum(canonical(meta)), meta.digest):
+def _check_digest(meta: EntryMeta, cut: _Cut | None = None) -> None:
+    if meta.digest and not any(hmac.compare_digest(checksum(f(meta)), meta.digest)
+                               for f in ((cut, canonical) if cut else (canonical,))):
         raise CorruptEntry("metadata does not match its digest: moved to another key or device, "
                            "or edited")
 

@@ -154,3 +154,69 @@ def test_an_include_folder_alone_does_not_stop_the_helper_rebuild():
     assert not rebuilt_alike(plain, "-include x.h")
     assert not rebuilt_alike(plain, "-I /opt/inc -imacros m.h")
     assert not rebuilt_alike('#include "x.h"\n' + plain, "-I /opt/inc")
+
+
+def test_a_large_source_is_normalised_as_before():
+    """The byte-wise check of a large source's normal form (numpy) agrees with the text's."""
+    from clmagic.key.source import check_source, normalise_source
+
+    body = "".join(f"__kernel void k{i}(__global int *a) {{ a[{i}] = {i}; }}\n"
+                   for i in range(400))
+    assert len(body) > 8192
+    text, src = check_source(body)
+    assert text is body and src == body.encode()
+    for bad in (body.replace("\n", " \n", 7), body.replace("\n", "\t\n", 3),
+                body.replace("\n", "\r\n"), body[:-1], "é" + body.replace("\n", "  \n", 2)):
+        text, src = check_source(bad)
+        assert text == normalise_source(bad) and src == text.encode()
+
+
+def _stored(tmp_path):
+    from clmagic.entry import Entry, seal
+
+    entry = Entry.create("ab" * 32, "cd" * 8, b"binary", kernels=["k"], options="", device="d",
+                         platform="p", driver="1", source_bytes=1, build_ms=1.0, created=1.0,
+                         kernel_facts={"k": {"work_group_size": 64}})
+    return Entry(seal(entry.meta, None), binary=entry.binary)
+
+
+def _with_meta(data: bytes, meta: bytes) -> bytes:
+    """An entry file's bytes with its metadata replaced (the header's length and CRC mended)."""
+    import zlib
+
+    from clmagic.entry_file import HEADER
+
+    magic, version, length, _crc, zero, blen = HEADER.unpack_from(data)
+    head = HEADER.pack(magic, version, len(meta), zlib.crc32(meta), zero, blen)
+    return head + meta + data[HEADER.size + length:]
+
+
+def test_the_digest_is_checked_over_the_stored_bytes_and_otherwise(tmp_path):
+    """The metadata's digest holds over the bytes as stored (no JSON encoded again); metadata
+    written in another layout is checked the slow way, and an edit fails either way."""
+    import json
+
+    from clmagic.entry_file import HEADER, decode, encode
+    from clmagic.errors import CorruptEntry
+
+    entry = _stored(tmp_path)
+    data = encode(entry)
+    assert decode(data, entry.key, entry.fingerprint).meta == entry.meta
+    meta = json.loads(data[HEADER.size:HEADER.size + HEADER.unpack_from(data)[2]])
+    spaced = json.dumps(meta, indent=1).encode()  # the same metadata, another layout
+    assert decode(_with_meta(data, spaced)).meta == entry.meta
+    for field, value in (("device", "e"), ("build_ms", 2.0), ("kernels", []), ("digest", "0" * 32)):
+        edited = json.dumps({**meta, field: value}, separators=(",", ":"), sort_keys=True)
+        with pytest.raises(CorruptEntry, match="digest"):
+            decode(_with_meta(data, edited.encode()))
+
+
+def test_a_hit_hands_on_the_kernel_facts_of_its_miss(compiler):
+    from conftest import SAXPY
+
+    first = compiler.build(SAXPY)
+    compiler.forget()
+    hit = compiler.build(SAXPY)
+    assert hit.outcome == Outcome.HIT
+    assert hit.kernel_info == first.kernel_info and set(hit.kernel_info) == {"saxpy", "scale"}
+    assert hit.record.facts == first.record.facts

@@ -32,9 +32,9 @@ from clmagic.errors import BuildError, ClmagicError, CorruptEntry
 from clmagic.key.includes import strip_comments
 from clmagic.key.options import BuildOptions
 from clmagic.key.prepare import Options, Prepared, prepare
-from clmagic.opencl import driver, vet
+from clmagic.opencl import driver, stored_facts, vet
 from clmagic.opencl.devices import DeviceInfo
-from clmagic.opencl.facts import facts_from_json, gather
+from clmagic.opencl.facts import gather
 from clmagic.store import Store
 from clmagic.store.lifetime import Counters
 from clmagic.trip.background import HitCounter, Pending, Saver, wait_everywhere
@@ -284,7 +284,7 @@ class TripState:
         built = dataclasses.replace(built, build_ms=entries[0].build_ms,
                                     log=entries[0].meta.build_log,
                                     log_from=entries[0].meta.rekeyed_from,
-                                    facts=facts_from_json(entries[0].meta.kernel_facts))
+                                    facts=stored_facts.stored_facts(entries[0].meta.kernel_facts))
         said = f"checked the binary from {checked[0].foreign} in a child process" if checked else ""
         return _once(built, vetted, said) if vetted >= 1.0 and said else built
 
