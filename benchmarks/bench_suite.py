@@ -40,7 +40,7 @@ import warnings
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-DTYPES = ("float32", "int32", "float64", "int64", "uint32", "int16")
+DTYPES = ("float32", "int32", "float64", "int64")  # unsigned: pyopencl's a - b adds -1 * b; int16: sums wrap
 DRIVER_CACHE_OFF = {"POCL_KERNEL_CACHE": "0", "CUDA_CACHE_DISABLE": "1"}
 
 

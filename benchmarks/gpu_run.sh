@@ -4,7 +4,7 @@
 # Mako), the silx/pyFAI corpus unpacked in .corpus/ (benchmarks/corpus.py extract_cl), results
 # in $OUT.
 #
-#   benchmarks/gpu_run.sh hook on off suite profile  (steps in order; MAX_REAL_ON/OFF,
+#   benchmarks/gpu_run.sh hook on off suite profile  (steps in order; suite-on, suite-off: one side; MAX_REAL_ON/OFF,
 #   REPEATS_ON/OFF/HOOK/SUITE/PROFILE, TESTS_SUITE)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -37,12 +37,15 @@ for step in "$@"; do
            --label nvidia-h200-off --out "$OUT" ;;
     hook) $PY benchmarks/bench_hook.py --device nvidia --repeats "${REPEATS_HOOK:-7}" \
            --label nvidia-h200 --out "$OUT" ;;
-    suite) $PY benchmarks/bench_suite.py --device nvidia --driver-cache on --tests "${TESTS_SUITE:-50}" \
-           --repeats "${REPEATS_SUITE:-3}" --label nvidia-h200-on --out "$OUT"
-           $PY benchmarks/bench_suite.py --device nvidia --driver-cache off --tests "${TESTS_SUITE:-50}" \
-           --repeats "${REPEATS_SUITE:-3}" --label nvidia-h200-off --out "$OUT" ;;
+    suite|suite-on|suite-off)
+      for cache in on off; do
+        [ "$step" = suite ] || [ "$step" = "suite-$cache" ] || continue
+        $PY benchmarks/bench_suite.py --device nvidia --driver-cache $cache \
+          --tests "${TESTS_SUITE:-50}" --repeats "${REPEATS_SUITE:-3}" \
+          --label nvidia-h200-$cache --out "$OUT"
+      done ;;
     profile) $PY benchmarks/profile_hit.py --device nvidia --repeats "${REPEATS_PROFILE:-20}" \
            --json "$OUT/profile-hit-nvidia-h200.json" > "$OUT/profile-hit-nvidia-h200.txt" ;;
-    *) echo "gpu_run.sh: unknown step $step (on, off, hook, suite, profile)" >&2; exit 2 ;;
+    *) echo "gpu_run.sh: unknown step $step (on, off, hook, suite, suite-on, suite-off, profile)" >&2; exit 2 ;;
   esac
 done
