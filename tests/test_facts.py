@@ -160,9 +160,10 @@ def test_entries_without_facts_still_load(settings, pocl):
     assert hit.kernel_info == built.kernel_info
 
 
-def test_the_compiled_code_says_what_the_binary_is(pocl, oclgrind):
-    pocl_result = clmagic.build(SRC, "", pocl)
+def test_the_compiled_code_says_what_the_binary_is(settings, pocl, oclgrind):
+    compiler = clmagic.Compiler(settings)
+    pocl_result = compiler.build(SRC, "", pocl)
     assert pocl_result.ptx is None and pocl_result.code.kind == "POCL binary"
     assert pocl_result.code.size is None  # never read for a view: it would generate code
-    grind = clmagic.build(SRC, "", oclgrind)
+    grind = compiler.build(SRC, "", oclgrind)
     assert grind.ptx is None and grind.code.kind == "LLVM bitcode" and grind.code.size > 0

@@ -33,8 +33,7 @@ from typing import IO
 from clmagic._fork import after_fork, disown
 from clmagic.opencl.patience import bound_s, wait_while_working
 
-__all__ = ["needs_helper", "reads_beside_the_user", "read_out", "helper_pid", "TIMEOUT_S",
-           "MAX_FAILURES"]
+__all__ = ["needs_helper", "read_out", "helper_pid", "TIMEOUT_S", "MAX_FAILURES"]
 
 #: the longest one readout may take in the helper (its build included), however busy it is
 TIMEOUT_S = 120.0
@@ -53,17 +52,6 @@ def needs_helper(platform_name: str) -> bool:
     (the readout then runs in-process, and a kernel launched meanwhile waits for it)."""
     return ("Portable Computing Language" in platform_name
             and os.environ.get("CLMAGIC_READOUT_HELPER", "1") != "0")
-
-
-def reads_beside_the_user(platform_name: str) -> bool:
-    """Whether this process may read a binary out on a background thread while the user's
-    threads go on with the driver: not on POCL. Debian's POCL 3.1 aborts the process
-    (``pocl_release_dlhandle_cache: Assertion `found->ref_count > 0' failed``) when a
-    readout's code generation meets the user's kernels of other programs (pyopencl's
-    test_algorithm.py under ``clmagic run`` on a cold cache: test_dot then test_scan; with the
-    readouts in the building thread the same run passes). There the readout is the helper's,
-    or the building thread's own."""
-    return "Portable Computing Language" not in platform_name
 
 
 def helper_pid() -> int | None:

@@ -57,15 +57,20 @@ def not_saved(store: Store) -> str:
 def save_later(state: TripState, rec: Record, kept: Record | None, program: cl.Program,
                dev: cl.Device, why: str = "") -> Pending[Record]:
     """Read out and save the binary of ``rec``'s build on the saver's thread; the history's
-    record (``kept``) then says how it ended, and so does the returned :class:`Pending`. Where
-    a readout may not run beside the user's threads and no helper does it
-    (:func:`~clmagic.opencl.readout.reads_beside_the_user`), it is done here, first."""
+    record (``kept``) then says how it ended, and so does the returned :class:`Pending`.
+
+    Where no helper process reads the binary out (:func:`by_helper`), this thread does, before
+    the build returns: a readout on a background thread meets the user's own calls on the same
+    driver, which drivers do not survive. Debian's POCL 3.1 aborted (``pocl_release_dlhandle_
+    cache: Assertion `found->ref_count > 0' failed``: pyopencl's test_algorithm under ``clmagic
+    run``, cold, test_dot then test_scan); Oclgrind freed a binary twice (``double free or
+    corruption``: the user's ``program.binaries`` while the saver read the same program's).
+    The store's write stays on the saver's thread."""
     pending: Pending[Record] = Pending(rec, forked=lambda r: dataclasses.replace(
         r, saved_to_store=False, note=FORKED_NOTE))  # a forked child: the parent saves it
     binary = None
-    if (state.store is not None and not by_helper(rec)
-            and not readout.reads_beside_the_user(rec.device.platform_name)):
-        binary = driver.binary_of(program, dev)  # here: never beside the user's launches
+    if state.store is not None and not by_helper(rec):
+        binary = driver.binary_of(program, dev)  # here: never beside the user's driver calls
 
     def job() -> None:
         saved, note = False, "not saved"
