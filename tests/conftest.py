@@ -61,7 +61,7 @@ __kernel void scale(const float a, __global float *y)
 
 
 def _find(platform_part: str) -> str | None:
-    """The first device of that platform that can build here (clmagic's probe: tests/test_devices.py
+    """The first device of that platform that can build here (clmagic's probe: tests/opencl/test_devices.py
     checks it against devices that cannot)."""
     for info in clmagic.list_devices():
         if platform_part in info.platform_name.lower() and info.usable:
@@ -179,3 +179,34 @@ def shell(ipshell, compiler):
     ipshell.reset(new_session=False)
 
 
+
+
+def run(shell, line: str, cell: str = SAXPY):
+    """A ``%%clkernel LINE`` cell in ``shell``, its outputs captured: (result, capture)."""
+    from IPython.utils.capture import capture_output
+
+    with capture_output() as cap:
+        result = shell.run_cell(f"%%clkernel {line}\n{cell}")
+    return result, cap
+
+
+def outcome_line(cap) -> str:
+    """The one output of a cell: its result line's text (with the HTML view beside it)."""
+    texts = [o.data.get("text/plain", "") for o in cap.outputs]
+    assert len(texts) == 1, (texts, cap.stdout, cap.stderr)
+    html = cap.outputs[0].data["text/html"]
+    assert "clmagic-result" in html
+    return texts[0]
+
+
+#: a sitecustomize that makes the named helper stop (SIGSTOP) or sleep for good at its start
+HANG = '''
+import os, signal, sys
+_mode, _who = os.environ.get("CLMAGIC_TEST_HANG", ""), os.environ.get("CLMAGIC_TEST_HANG_WHO", "")
+if _mode and _who and _who in getattr(sys, "orig_argv", []):
+    if _mode == "stop":
+        os.kill(os.getpid(), signal.SIGSTOP)
+    else:
+        _r, _w = os.pipe()
+        os.read(_r, 1)
+'''

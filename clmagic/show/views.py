@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 __all__ = ["VIEWS", "text_of", "html_of", "register", "shows", "plain_printer"]
 
 #: (module, class) of each data type shown → (renderer module in ``show/``, text view, HTML
-#: view); by name, because naming a type must not import it (``tests/test_views.py`` checks
+#: view); by name, because naming a type must not import it (``tests/show/test_views.py`` checks
 #: every name is a class that is defined there)
 VIEWS: dict[tuple[str, str], tuple[str, str, str]] = {
     ("clmagic.trip.results", "BuildResult"): ("line", "result_text", "result_html"),

@@ -13,19 +13,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import SAXPY, child_env
-
-#: a sitecustomize that makes the named helper stop (SIGSTOP) or sleep for good at its start
-HANG = '''
-import os, signal, sys
-_mode, _who = os.environ.get("CLMAGIC_TEST_HANG", ""), os.environ.get("CLMAGIC_TEST_HANG_WHO", "")
-if _mode and _who and _who in getattr(sys, "orig_argv", []):
-    if _mode == "stop":
-        os.kill(os.getpid(), signal.SIGSTOP)
-    else:
-        _r, _w = os.pipe()
-        os.read(_r, 1)
-'''
+from conftest import HANG, SAXPY, child_env
 
 
 def _run(script: str, tmp_path, timeout: float = 120, **env: str) -> dict[str, object]:

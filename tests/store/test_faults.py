@@ -376,7 +376,7 @@ def test_reliability_doc_is_the_fault_table():
         start = text.index("<!-- faults -->") + len("<!-- faults -->\n")
         end = text.index("<!-- /faults -->")
         doc.write_text(text[:start] + table + text[end:])
-    assert table in doc.read_text(), "run CLMAGIC_WRITE_DOCS=1 pytest tests/test_faults.py"
+    assert table in doc.read_text(), "run CLMAGIC_WRITE_DOCS=1 pytest tests/store/test_faults.py"
     for f in FAULTS:
         name = f.test.split("::")[-1]
         path = ROOT / "tests" / (f.test.split("::")[0] if "::" in f.test else "test_faults.py")

@@ -180,7 +180,7 @@ def test_rekeyed_appears_in_stats_history_trace_and_plot(compiler, capsys):
 
 
 def test_the_magic_shows_rekeyed_under_the_cell(shell):
-    from test_magic import outcome_line, run
+    from conftest import outcome_line, run
 
     run(shell, "")
     res, cap = run(shell, "", EDITED)

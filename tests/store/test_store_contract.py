@@ -130,7 +130,7 @@ def test_two_processes_write_at_once(store_factory, tmp_path):
     from pathlib import Path
 
     store, location = store_factory(tmp_path)
-    env = child_env(TESTS=str(Path(__file__).parent), **store_factory.env(location))
+    env = child_env(TESTS=str(Path(__file__).parents[1]), **store_factory.env(location))
     procs = [subprocess.Popen([sys.executable, "-c", WRITER], env={**env, "WHO": str(w)},
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for w in (0, 1)]

@@ -22,7 +22,7 @@ from clmagic.store.lifetime import EVICT
 from clmagic.store import LayeredStore, open_store
 from clmagic.store.base import FILL
 
-TESTS = str(Path(__file__).parent)
+TESTS = str(Path(__file__).parents[1])  # tests/: stores.py
 SIZE = 4096  # binary bytes of each synthetic entry
 
 

@@ -292,7 +292,7 @@ def test_a_fork_waits_for_the_readout_the_saver_is_doing(cache_dir, pocl, tmp_pa
     would find that lock held for ever and hang in its first build. The fork waits for the
     saver's readout, so the child builds on the same driver. (On POCL the saver reads a binary
     out in-process only when the readout helper fails: here it is stopped from its start.)"""
-    from test_stopped_helpers import HANG
+    from conftest import HANG
 
     site = tmp_path / "site"
     site.mkdir()

@@ -7,22 +7,7 @@ from pathlib import Path
 import numpy as np
 import pyopencl as cl
 import pytest
-from conftest import SAXPY, last_json, run_child
-from IPython.utils.capture import capture_output
-
-
-def run(shell, line: str, cell: str = SAXPY):
-    with capture_output() as cap:
-        result = shell.run_cell(f"%%clkernel {line}\n{cell}")
-    return result, cap
-
-
-def outcome_line(cap) -> str:
-    texts = [o.data.get("text/plain", "") for o in cap.outputs]
-    assert len(texts) == 1, (texts, cap.stdout, cap.stderr)
-    html = cap.outputs[0].data["text/html"]
-    assert "clmagic-result" in html
-    return texts[0]
+from conftest import SAXPY, last_json, outcome_line, run, run_child
 
 
 #: what ``%load_ext clmagic`` must not import: drawing, stores, the driver, hashing, and every
