@@ -139,7 +139,7 @@ def _cut_lines(source: str) -> str:
     return cut[::-1] if count else source
 
 
-#: the two cuts :func:`_cut_lines` replaced (both still named by tests/test_saving.py)
+#: the two cuts :func:`_cut_lines` replaced (both still named by tests/trip/test_saving.py)
 _cut_some_lines = _strip_every_line = _cut_lines
 
 

@@ -101,6 +101,18 @@ def _said(v: Any) -> Cell:
     return shown, _text(v)
 
 
+#: the widest a device's label is shown (POCL names its device by its CPU target and model:
+#: "POCL pthread-skylake-avx512-AMD EPYC" took the history past 1280 px)
+_DEVICE_WIDTH = 24
+
+
+def _device(v: Any) -> Cell:
+    """A device's label cut in the middle (its driver and its model's end stay), in full in
+    the tooltip."""
+    full = _text(v)
+    return middle_cut(full, _DEVICE_WIDTH), full
+
+
 def _clock(v: Any) -> str:
     """A moment of one day's history: ``16:02:11`` (the day and UTC are said under it)."""
     return "" if v is None or v != v else fmt_time(v.timestamp())[11:19]
@@ -116,7 +128,7 @@ _SHOWN: dict[str, list[tuple[str, str, Any]]] = {
                 ("kernels", "kernels", _text), ("ms", "took", _ms_or_blank),
                 ("build_ms", "build", _ms_or_blank),
                 ("saved_ms", "saved", lambda v: _ms_or_blank(v) if v else ""),
-                ("device", "device", _text), ("key", "key", short_key),
+                ("device", "device", _device), ("key", "key", short_key),
                 ("options", "options", _shortened), ("note", "note", _said)],
 }
 _NUMERIC = frozenset({"size", "build", "hits", "took", "saved"})
@@ -134,7 +146,7 @@ def frame_html(df: pd.DataFrame, kind: str) -> str:
         row: list[Cell] = []
         for col, _head, fmt in shown:
             if col == "device" and kind == "cache":
-                row.append(device_label(_text(rec.get("platform")), _text(rec["device"])))
+                row.append(_device(device_label(_text(rec.get("platform")), _text(rec["device"]))))
             else:
                 row.append(fmt(rec[col]))
         rows.append(row)
