@@ -227,7 +227,7 @@ __kernel void tile_sum(__global const float4 *restrict x,
                        __local float *scratch)
 {
     const int lid = get_local_id(0);
-    float4 v = x[get_global_id(0)];
+    float4 v = native_sqrt(x[get_global_id(0)]) + half_exp(0.0f);
     scratch[lid] = v.x + v.y + v.z + v.w;
     barrier(CLK_LOCAL_MEM_FENCE);
     for (int s = TILE / 2; s > 0; s >>= 1) {
@@ -327,7 +327,8 @@ def test_clkernel_cells_are_highlighted_as_opencl_c(lab, page, tmp_path):
         assert style_of(page, kernel, word)["run"] == word
     for word in ("float4", "float", "int"):
         assert style_of(page, kernel, word)["color"] == color["variable-3"], word
-    for word in ("get_local_id", "get_global_id", "barrier", "get_group_id"):
+    for word in ("get_local_id", "get_global_id", "barrier", "get_group_id", "native_sqrt",
+                 "half_exp"):  # issue 24 item 9: native_* and half_* are built-ins too
         assert style_of(page, kernel, word)["color"] == color["builtin"], word
     assert style_of(page, kernel, "for")["color"] == color["keyword"]
     # the magic line keeps IPython's highlighting: "-" is a Python operator there
