@@ -5,9 +5,9 @@ is done, in place.
 IPython's display ids do it: the line is published with one, and a daemon thread that waits
 for the save publishes the line again as an update of that display. JupyterLab and the classic
 notebook route an update to the display that has its id, whatever cell runs meanwhile, so the
-line changes where it is; a front end without display ids keeps the first line (and a terminal, which would print
-the update as a second line, is not sent one), and the next
-rendering (``r``, the history, the panel) says ``saved``. IPython is imported at the first
+line changes where it is; a front end without display ids keeps the first line (a terminal,
+which would print the update as a second line, is not sent one), and the next rendering
+(``r``, the history, the panel) says ``saved``. IPython is imported at the first
 display (:mod:`clmagic.show.display`).
 """
 
