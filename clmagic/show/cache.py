@@ -73,9 +73,10 @@ def stats_text(s: Stats) -> str:
         lines.append(f"session: {_not_kept(s.dropped)}")
     lines.append(f"store: {s.location} · {count_of(s.entries, 'entry')} · "
                  f"{fmt_bytes(s.bytes)} · {_limit(s)}")
-    for d in s.devices:
-        line = (f"  {d.label} ({d.fingerprint}): {count_of(d.entries, 'entry')}, "
-                f"{fmt_bytes(d.bytes)}, {count_of(d.hits, 'hit')}")
+    for d in s.devices:  # the device on a line, its figures under it: both fit 80 columns
+        lines.append(f"  {d.label} ({short_key(d.fingerprint)})")
+        line = (f"    {count_of(d.entries, 'entry')}, {fmt_bytes(d.bytes)}, "
+                f"{count_of(d.hits, 'hit')}")
         if d.lifetime is not None:
             t = d.lifetime
             line += (f" · lifetime {count_of(t['HIT'], 'hit')}, {t['MISS']} misses, "
