@@ -19,16 +19,16 @@ __all__ = ["save", "save_later", "by_helper", "not_saved"]
 
 
 def save(state: TripState, rec: Record, program: cl.Program, dev: cl.Device,
-         aside: bool = False, binary: bytes | None = None) -> tuple[bool, str]:
-    """Store the entry of ``rec``, with the binary ``program`` holds for ``dev`` (or
-    ``binary``, read out already); returns (saved, note). ``aside``: the user goes on with
-    ``program`` meanwhile, so the binary comes from a helper process where
-    :func:`by_helper` says so (a helper that fails leaves the readout to this thread: on POCL
-    that is beside the user's launches, the rare case :func:`save_later` otherwise avoids)."""
+         binary: bytes | None = None, helper: bool = False) -> tuple[bool, str]:
+    """Store the entry of ``rec``, with ``binary`` (read out already) or the binary ``program``
+    holds for ``dev``; returns (saved, note). ``helper``: a helper process reads it out
+    (:func:`by_helper`); one that fails leaves the readout to this thread (on a background
+    thread that is beside the user's calls, the rare case :func:`save_later` otherwise
+    avoids)."""
     store = state.store
     if store is None:
         return False, "cache off (memory only)"
-    if binary is None and aside and rec.source and by_helper(rec):
+    if binary is None and helper and rec.source:
         binary = readout.read_out(rec.fingerprint, rec.source, rec.options, rec.build_ms)
     if binary is None:
         with driver_work():  # a fork waits for the readout (it holds the driver's locks)
@@ -68,14 +68,20 @@ def save_later(state: TripState, rec: Record, kept: Record | None, program: cl.P
     The store's write stays on the saver's thread."""
     pending: Pending[Record] = Pending(rec, forked=lambda r: dataclasses.replace(
         r, saved_to_store=False, note=FORKED_NOTE))  # a forked child: the parent saves it
-    binary = None
-    if state.store is not None and not by_helper(rec):
-        binary = driver.binary_of(program, dev)  # here: never beside the user's driver calls
+    helper = state.store is not None and by_helper(rec)
+    binary, failed = None, None
+    if state.store is not None and not helper:
+        try:  # here: never beside the user's driver calls
+            binary = driver.binary_of(program, dev)
+        except Exception as exc:  # the build stands: the save reports it
+            failed = exc
 
     def job() -> None:
         saved, note = False, "not saved"
         try:
-            saved, note = save(state, rec, program, dev, aside=True, binary=binary)
+            if failed is not None:
+                raise failed
+            saved, note = save(state, rec, program, dev, binary, helper)
             note = f"{why} · {note}" if why else note
         except Exception as exc:  # whatever went wrong, the build stands and nobody hangs
             note = f"not saved ({exc})"

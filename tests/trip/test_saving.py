@@ -290,3 +290,21 @@ def test_a_binary_is_never_read_out_beside_the_users_driver_calls(tmp_path, pocl
                                   CLMAGIC_READOUT_HELPER="1"))
         assert out["seen"] == out["at_return"] == ["MainThread"], (device, out)
         assert out["saved"] is True
+
+
+def test_a_readout_that_fails_in_the_building_thread_costs_the_save_not_the_build(tmp_path,
+                                                                                  oclgrind):
+    """The building thread reads the binary out now; a driver that fails there leaves the build
+    standing, and the save says why it was not made."""
+    out = last_json(run_child('''
+import json, os
+import clmagic
+from clmagic.opencl import driver
+def binary_of(program, dev):
+    raise RuntimeError("no binary today")
+driver.binary_of = binary_of
+r = clmagic.Compiler().build(os.environ["SRC"])
+print(json.dumps(dict(outcome=r.outcome, kernels=sorted(r.kernels), saved=r.saved, note=r.note)))
+''', SRC=SAXPY, CLMAGIC_DEVICE=oclgrind, CLMAGIC_CACHE_DIR=str(tmp_path / "cache")))
+    assert out["outcome"] == "MISS" and out["kernels"] == ["saxpy", "scale"]
+    assert out["saved"] is False and "no binary today" in out["note"], out
