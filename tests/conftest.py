@@ -210,3 +210,20 @@ if _mode and _who and _who in getattr(sys, "orig_argv", []):
         _r, _w = os.pipe()
         os.read(_r, 1)
 '''
+
+
+def read_to_the_end(fd: int, pid: int, out: bytes = b"") -> tuple[int, bytes]:
+    """What the child ``pid`` of :func:`pty.fork` writes to its terminal ``fd`` until it closes
+    it (after ``out``, read already), and its exit code."""
+    import os
+
+    while True:
+        try:
+            chunk = os.read(fd, 4096)
+        except OSError:  # the terminal's other side closed (Linux says EIO)
+            break
+        if not chunk:
+            break
+        out += chunk
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status), out

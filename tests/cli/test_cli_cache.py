@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import child_env
+from conftest import child_env, read_to_the_end
 from stores import can_drop_dac, drop_dac
 
 from clmagic.entry_file import decode
@@ -178,16 +178,8 @@ def _on_a_terminal(args: list[str], answer: bytes, env: dict[str, str]) -> tuple
             return os.waitstatus_to_exitcode(status), out.decode(errors="replace")
         out += chunk
     os.write(fd, answer)
-    while True:
-        try:
-            chunk = os.read(fd, 1024)
-        except OSError:
-            break
-        if not chunk:
-            break
-        out += chunk
-    _, status = os.waitpid(pid, 0)
-    return os.waitstatus_to_exitcode(status), out.decode(errors="replace")
+    code, out = read_to_the_end(fd, pid, out)
+    return code, out.decode(errors="replace")
 
 
 def test_clear_all_asks_on_a_terminal(cache):

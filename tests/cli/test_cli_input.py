@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import child_env
+from conftest import child_env, read_to_the_end
 
 KERNEL = "__kernel void k(__global int *a) { a[0] = 1; }\n"
 
@@ -163,17 +163,8 @@ def on_a_pty(args: list[str], cache: Path, columns: int, *, env_columns: bool) -
     if pid == 0:  # the child: its terminal's size set before the command starts
         fcntl.ioctl(0, termios.TIOCSWINSZ, struct.pack("HHHH", 40, columns, 0, 0))
         os.execve(sys.executable, [sys.executable, "-m", "clmagic", *args], env)
-    out = b""
-    while True:
-        try:
-            chunk = os.read(fd, 4096)
-        except OSError:
-            break
-        if not chunk:
-            break
-        out += chunk
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0, out
+    code, out = read_to_the_end(fd, pid)
+    assert code == 0, out
     return out.decode().replace("\r\n", "\n")
 
 
