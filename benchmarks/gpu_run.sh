@@ -4,7 +4,7 @@
 # Mako), the silx/pyFAI corpus unpacked in .corpus/ (benchmarks/corpus.py extract_cl), results
 # in $OUT.
 #
-#   benchmarks/gpu_run.sh hook on off suite profile  (steps in order; suite-on, suite-off: one side; MAX_REAL_ON/OFF,
+#   benchmarks/gpu_run.sh hook on off suite facts profile  (steps in order; suite-on, suite-off: one side; MAX_REAL_ON/OFF,
 #   REPEATS_ON/OFF/HOOK/SUITE/PROFILE, TESTS_SUITE)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -25,6 +25,12 @@ if ! /tmp/gpu-venv/bin/python -c 'import numpy, pyopencl, IPython, mako' 2>/dev/
     platformdirs pytools siphash24 typing_extensions markupsafe xxhash blake3
 fi
 PY=/tmp/gpu-venv/bin/python
+# pandas (the sweep's and the workbench's frames) from the host's own Python when the venv lacks
+# it; a .pth line goes after the venv's packages, so the carried numpy and pyopencl still win
+if ! $PY -c 'import pandas' 2>/dev/null; then
+  python3 -c 'import pandas, os; print(os.path.dirname(os.path.dirname(pandas.__file__)))' \
+    > "$($PY -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/host-pandas.pth" || true
+fi
 export PYTHONPATH=$PWD
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$OUT/machine.txt" || true
 for step in "$@"; do
@@ -44,8 +50,9 @@ for step in "$@"; do
           --tests "${TESTS_SUITE:-50}" --repeats "${REPEATS_SUITE:-3}" \
           --label nvidia-h200-$cache --out "$OUT"
       done ;;
+    facts) $PY benchmarks/gpu_facts.py --device nvidia --out "$OUT" > "$OUT/gpu-facts.log" 2>&1 ;;
     profile) $PY benchmarks/profile_hit.py --device nvidia --repeats "${REPEATS_PROFILE:-20}" \
            --json "$OUT/profile-hit-nvidia-h200.json" > "$OUT/profile-hit-nvidia-h200.txt" ;;
-    *) echo "gpu_run.sh: unknown step $step (on, off, hook, suite, suite-on, suite-off, profile)" >&2; exit 2 ;;
+    *) echo "gpu_run.sh: unknown step $step (on, off, hook, suite, suite-on, suite-off, facts, profile)" >&2; exit 2 ;;
   esac
 done

@@ -10,7 +10,11 @@ Why a results file: a sweep is long, and a notebook may be stopped in the middle
 already made are kept (``sweeps/<id>.json`` beside the store's statistics, keyed by the source,
 the parameters, the options, the device and the ``label`` the caller gives for the problem, as
 Kernel Tuner's cachefile), each with the program's cache key, so a re-run times only what is
-missing and a changed source or header times again. The rows are plain data; the DataFrame
+missing and a changed source or header times again.
+
+Why ``-cl-nv-verbose`` is added on NVIDIA: registers and spills are what decides a variant
+there, and the driver says them only with that option (it changes what the driver prints, not
+the code it makes); the variants' options, and so ``best_options``, carry it. The rows are plain data; the DataFrame
 and the plot are :mod:`clmagic.show.sweep`'s.
 """
 
@@ -34,7 +38,7 @@ from clmagic.process.session import get_compiler
 from clmagic.trip.compiler import Compiler
 from clmagic.trip.results import BuildResult
 
-__all__ = ["Variant", "SweepRun", "sweep_run", "variants", "results_folder"]
+__all__ = ["Variant", "SweepRun", "sweep_run", "variants", "results_folder", "with_register_report"]
 
 #: the results file's format
 _VERSION = 1
@@ -226,6 +230,7 @@ def sweep_run(source: str, params: Mapping[str, Sequence[object]],
     done is kept and returned, ``interrupted``."""
     compiler = compiler or get_compiler()
     info, _ = compiler.resolve(device)
+    options = with_register_report(options, info.platform_name)
     out = SweepRun(variants=variants(params, options), kernel=kernel)
     for v in out.variants:
         v.key = compiler.key(source, v.options, info)
@@ -262,6 +267,13 @@ def sweep_run(source: str, params: Mapping[str, Sequence[object]],
     _save(out.results, kept)
     _choose(out, compiler, source, info)
     return out
+
+
+def with_register_report(options: str, platform: str) -> str:
+    """``options`` with ``-cl-nv-verbose`` on NVIDIA's platform (once), unchanged elsewhere."""
+    if "NVIDIA" not in platform or "-cl-nv-verbose" in options.split():
+        return options
+    return f"{options} -cl-nv-verbose".strip()
 
 
 def _choose(out: SweepRun, compiler: Compiler, source: str, device: object) -> None:

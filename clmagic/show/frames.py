@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from clmagic.entry import META_FIELDS, Usage, sane_time
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
     from clmagic.trip.compiler import Compiler
     from clmagic.store import Store
 
-__all__ = ["cache_frame", "history_frame", "CACHE_COLUMNS", "HISTORY_COLUMNS"]
+__all__ = ["cache_frame", "history_frame", "readable", "CACHE_COLUMNS", "HISTORY_COLUMNS"]
 
 _DTYPES = {"str": "string", "int": "Int64", "float": "float64", "tuple[str, ...]": "string",
            "float | None": "float64"}
@@ -168,17 +169,26 @@ def _one_day(df: pd.DataFrame) -> str | None:
 
 
 @functools.cache
-def _readable(kind: str) -> type:
-    """A DataFrame class whose notebook display is :func:`frame_html` (pandas imported here)."""
+def readable(view: Callable[[Any], str]) -> type:
+    """A DataFrame class whose notebook display is ``view(df)`` (pandas imported here); the
+    frame itself is pandas' own, every column kept."""
     import pandas as pd
 
     # operations on it give plain DataFrames (_constructor); the ignore: pandas ships no
     # types here (no pandas-stubs), so its DataFrame is Any to mypy
     class DataFrame(pd.DataFrame):  # type: ignore[misc]
         def _repr_html_(self) -> str:
-            return frame_html(self, kind)
+            return view(self)
 
     return DataFrame
+
+
+def _cache_html(df: pd.DataFrame) -> str:
+    return frame_html(df, "cache")
+
+
+def _history_html(df: pd.DataFrame) -> str:
+    return frame_html(df, "history")
 
 
 def cache_frame(device: object = None, *, compiler: Compiler | None = None,
@@ -215,7 +225,7 @@ def cache_frame(device: object = None, *, compiler: Compiler | None = None,
             cols[name].append(value)
     df = _frame(cols, CACHE_COLUMNS)
     df = df.sort_values("last_used", ascending=False, kind="stable", ignore_index=True)
-    return _readable("cache")(df)
+    return readable(_cache_html)(df)
 
 
 def history_frame(*, compiler: Compiler | None = None, origin: str | None = None
@@ -242,4 +252,4 @@ def history_frame(*, compiler: Compiler | None = None, origin: str | None = None
         }
         for name, value in row.items():
             cols[name].append(value)
-    return _readable("history")(_frame(cols, HISTORY_COLUMNS))
+    return readable(_history_html)(_frame(cols, HISTORY_COLUMNS))

@@ -15,6 +15,9 @@ from typing import TYPE_CHECKING, Any
 from clmagic.cache.sweep import SweepRun, sweep_run
 from clmagic.opencl.facts import FACT_FIELDS, KernelFacts, facts_from_json
 from clmagic.process.session import or_default
+from clmagic._format import count_of, fmt_bytes, fmt_ms
+from clmagic.show.frames import readable
+from clmagic.show.line import Cell, table_html
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -38,13 +41,11 @@ def sweep_frame(run: SweepRun) -> pd.DataFrame:
     """One row per variant: its parameters, ``outcome``, ``build_ms``, ``error``, the timed
     kernel's facts and the launch times (µs); ``attrs``: ``best`` (the best variant's
     parameters, or ``None``), ``best_options``, ``kernel``, ``interrupted``, ``results``."""
-    import pandas as pd
-
     rows = [{**v.params, "outcome": v.outcome, "build_ms": v.build_ms, "error": v.error,
              **_facts_row(v.facts), "median_us": v.median_us, "min_us": v.min_us,
              "spread_us": v.spread_us, "resumed": v.resumed, "options": v.options}
             for v in run.variants]
-    df = pd.DataFrame(rows)
+    df = readable(sweep_html)(rows)
     for c in FACT_COLUMNS:
         df[c] = df[c].astype("Int64")
     best = run.variants[run.best] if run.best is not None else None
@@ -53,6 +54,65 @@ def sweep_frame(run: SweepRun) -> pd.DataFrame:
                     interrupted=run.interrupted,
                     results=str(run.results) if run.results else None)
     return df
+
+
+#: the heading of each kernel figure in the readable table, and how its value reads
+_FACT_HEADS: dict[str, tuple[str, Callable[[Any], str]]] = {
+    "registers": ("regs", str), "spills": ("spills", fmt_bytes),
+    "shared_mem": ("shared", fmt_bytes), "work_group_size": ("wg ≤", str),
+    "preferred_multiple": ("×mult", str), "local_mem": ("local", fmt_bytes),
+    "private_mem": ("private", fmt_bytes)}
+_ERROR_WIDTH = 40
+
+
+def _known(v: Any) -> bool:
+    import pandas as pd
+
+    return not bool(pd.isna(v))
+
+
+def _us(v: Any) -> str:
+    return f"{v:.1f}" if _known(v) else ""
+
+
+def _error(v: Any) -> Cell:
+    text = str(v) if _known(v) else ""
+    return (text if len(text) <= _ERROR_WIDTH else text[:_ERROR_WIDTH - 1].rstrip() + "…"), text
+
+
+def sweep_html(df: pd.DataFrame) -> str:
+    """A sweep's table as a person reads it: the parameters, how each build ended and took,
+    the kernel figures the driver gave (a column the driver gave for no variant is left out
+    and named under the table), the launch times in µs, the best variant marked, an error cut
+    to its start (in full in its tooltip)."""
+    params = [c for c in df.columns if c not in _NOT_PARAMS]
+    facts = [c for c in FACT_COLUMNS if c in df.columns and df[c].notna().any()]
+    unknown = [c for c in FACT_COLUMNS if c in df.columns and c not in facts]
+    best = df.attrs.get("best") or {}
+    head = ["", *params, "outcome", "build", *(_FACT_HEADS[c][0] for c in facts),
+            "median µs", "min µs", "spread µs", "error"]
+    rows: list[list[Cell]] = []
+    for _, r in df.iterrows():
+        is_best = bool(best) and all(str(r[c]) == str(best.get(c)) for c in params)
+        rows.append(["★" if is_best else ("↺" if r.get("resumed") is True else ""),
+                     *(str(r[c]) for c in params), str(r["outcome"]),
+                     fmt_ms(r["build_ms"]) if _known(r["build_ms"]) else "",
+                     *(_FACT_HEADS[c][1](int(r[c])) if _known(r[c]) else "" for c in facts),
+                     _us(r["median_us"]), _us(r["min_us"]), _us(r["spread_us"]),
+                     _error(r["error"])])
+    failed = int((df["outcome"] == "FAILED").sum())
+    note = count_of(len(df), "variant") + (f" · {failed} failed to build" if failed else "")
+    if best:
+        note += " · ★ best: " + " ".join(f"{k}={v}" for k, v in best.items())
+    if df.get("resumed") is not None and bool(df["resumed"].any()):
+        note += " · ↺ timing kept from an earlier run"
+    if unknown:
+        note += (f" · not reported by this driver: {', '.join(unknown)}"
+                 + (" (NVIDIA gives registers and spills)" if "registers" in unknown else ""))
+    note += " · also in the DataFrame: options, resumed"
+    numeric = frozenset({"build", *(_FACT_HEADS[c][0] for c in facts), "median µs", "min µs",
+                         "spread µs"})
+    return table_html(head, rows, note, numeric)
 
 
 @contextmanager

@@ -5,6 +5,7 @@ resumed (the finished timings kept, a re-run all HITs), the best variant bound."
 
 from __future__ import annotations
 
+import html
 import json
 
 import numpy as np
@@ -12,7 +13,7 @@ import pyopencl as cl
 import pytest
 
 import clmagic
-from clmagic.cache.sweep import results_folder, sweep_run, variants
+from clmagic.cache.sweep import results_folder, sweep_run, variants, with_register_report
 from clmagic.errors import OptionsError
 from clmagic.show.sweep import plot_sweep, sweep_frame
 
@@ -111,3 +112,18 @@ def test_the_frame_and_the_plot(compiler, pocl):
     matplotlib.use("Agg")
     ax = plot_sweep(df)
     assert len(ax.patches) == 1 and "1 failed" in ax.get_title()
+    # the notebook's table: POCL gives no registers, so that column is left out and named; the
+    # failed variant's error is cut to its start, in full in the tooltip; the best one starred
+    page = df._repr_html_()
+    assert "regs" not in page and "not reported by this driver: registers" in page
+    assert "wg ≤" in page and "★ best: SCALE=2 VEC=1" in page
+    error = df["error"].iloc[1]
+    assert len(error) > 40 and f'title="{html.escape(error)}"' in page
+    assert error not in page.replace(f'title="{html.escape(error)}"', "")
+    assert type(df[df["outcome"] == "MISS"]).__name__ == "DataFrame"
+
+
+def test_registers_asked_of_nvidia_only():
+    assert with_register_report("-O2", "NVIDIA CUDA") == "-O2 -cl-nv-verbose"
+    assert with_register_report("-cl-nv-verbose", "NVIDIA CUDA") == "-cl-nv-verbose"
+    assert with_register_report("-O2", "Portable Computing Language") == "-O2"
