@@ -83,7 +83,10 @@ def _facts(text: str) -> _Facts:
     if facts is None:
         readings = _readings(text)
         pasting = any(_PASTE.search(r) for r in readings)
-        facts = _Facts(frozenset(n for n in WATCHED if any(n in r for r in readings)), pasting,
+        # every watched name starts with "__": a reading without it names none (most sources
+        # have it, in __kernel; then one scan a name, as a list, no nested generators)
+        found = {n for r in readings if "__" in r for n in [n for n in WATCHED if n in r]}
+        facts = _Facts(frozenset(found), pasting,
                        _pieces(readings) if pasting or len(text) >= 2048 else frozenset())
         if 2048 <= len(text) <= 256 << 10:
             with _FACTS_LOCK:
@@ -141,11 +144,14 @@ def clock_reason(source: str, options: str, headers: Iterable[tuple[str, bytes]]
     headers = list(headers)
     texts = [("the source", source), ("the options", options),
              *((name.split(" @")[0], data.decode("latin-1")) for name, data in headers)]
-    for where, text in texts:
-        name = next((n for n in CLOCK if n in _facts(text).names), "")
+    facts = [_facts(text) for _, text in texts]
+    for (where, _), f in zip(texts, facts):
+        name = next((n for n in CLOCK if n in f.names), "")
         if name:
             return (f"{where} reads the clock ({name}): a cached binary would hold another "
                     "build's time")
+    if not any(f.pastes for f in facts):  # what pastes() would find first, facts known
+        return ""
     name = pastes([text for _, text in texts], CLOCK)
     if name:
         return (f"its macros can paste {name} (##): a cached binary would hold another "

@@ -69,14 +69,15 @@ def prepare(source: str | bytes, options: Options, info: DeviceInfo,
     args: tuple[object, ...] = (source, options, info.fingerprint,
                                 *map(os.environ.get, DRIVER_FLAG_VARS))
     prepared = memo.get(args)
-    if prepared is not None and unchanged(prepared.files, os.getcwd()):
+    cwd = os.getcwd()
+    if prepared is not None and unchanged(prepared.files, cwd):
         return prepared
     opts = parse_options(options)
     try:
         flags = driver_flags()
         written = " ".join([opts.effective, *flags.values()])  # what the driver receives
         text, src = check_source(source, written)
-        headers = find_headers(text, (), os.getcwd(), options=written)
+        headers = find_headers(text, (), cwd, options=written)
         unkeyable = clock_reason(text, written, headers)
     except Unkeyable as exc:
         text, src = check_source(source, opts.effective)
