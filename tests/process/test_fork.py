@@ -65,7 +65,7 @@ def _run(script: str, timeout: float = 150, stderr: bool = False,
 #: a program that takes POCL a while to build and read out (its kernels' code made at readout)
 BIG = '''
 BIG = "".join(f"__kernel void k{i}(__global float *a) {{ a[{i}] = sin(a[{i}]) * {i}; }}\\n"
-              for i in range(400))
+              for i in range(120))
 '''
 
 #: the parent's saves wait at a gate until its child has ended: the fork is made while a save

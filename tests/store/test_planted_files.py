@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import socket
 import struct
 import subprocess
@@ -55,6 +56,24 @@ def _build_in_child(cache: Path, device: str, value: int) -> str:
     return str(json.loads(proc.stdout.strip().splitlines()[-1])["outcome"])
 
 
+@pytest.fixture(scope="module")
+def built_once(tmp_path_factory, pocl):
+    """``copy(value, to)``: ``to`` made a copy of a cache in which a process of its own built the
+    kernel that writes ``value`` (a MISS, and its counts in the folder once it ended); that
+    child runs once per value for the module, each test gets a private copy to plant in."""
+    pristine: dict[int, Path] = {}
+
+    def copy(value: int, to: Path) -> Path:
+        if value not in pristine:
+            cache = tmp_path_factory.mktemp(f"built-{value}") / "cache"
+            assert _build_in_child(cache, pocl, value) == "MISS"
+            pristine[value] = cache
+        shutil.copytree(pristine[value], to, symlinks=True)
+        return to
+
+    return copy
+
+
 def _clmagic(*args: str, cache: Path, **env: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "clmagic", *args],
                           env=child_env(CLMAGIC_CACHE_DIR=str(cache), **env),
@@ -88,9 +107,8 @@ def test_the_safe_read_bounds_what_it_reads(tmp_path):
 # -- lifetime counters -------------------------------------------------------------------------
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_a_planted_stats_file_never_hangs_clmagic_stats(tmp_path, pocl, kind):
-    cache = tmp_path / "cache"
-    assert _build_in_child(cache, pocl, 5) == "MISS"
+def test_a_planted_stats_file_never_hangs_clmagic_stats(tmp_path, built_once, kind):
+    cache = built_once(5, tmp_path / "cache")  # a child built there: a MISS
     keep = _plant(cache / "stats" / "planted.cnt", kind, tmp_path)
     proc = _clmagic("stats", "--json", cache=cache)
     assert proc.returncode == 0, proc.stderr
@@ -130,9 +148,8 @@ def test_a_counter_that_cannot_be_right_is_left_out_with_one_warning(tmp_path, c
 
 
 @pytest.mark.parametrize("count", [math.inf, 1e300, -1.0])
-def test_a_damaged_counter_shows_in_the_statistics_as_nothing(tmp_path, pocl, count):
-    cache = tmp_path / "cache"
-    assert _build_in_child(cache, pocl, 7) == "MISS"
+def test_a_damaged_counter_shows_in_the_statistics_as_nothing(tmp_path, built_once, count):
+    cache = built_once(7, tmp_path / "cache")  # a child built there: a MISS
     fp = next(p.name for p in cache.iterdir() if p.is_dir() and p.name != "stats")
     (cache / "stats" / "otherhost.1.abcd1234.cnt").write_bytes(_slot(fp, "HIT", count, count))
     (cache / "stats" / "zero").write_bytes(_slot(fp, "MISS", count, 0.0))  # the baseline too

@@ -17,6 +17,7 @@ from stores import FP, synthetic
 from clmagic.entry import FORMAT_VERSION, MAX_META, check_binary, check_meta
 from clmagic.errors import CorruptEntry
 from clmagic.store import RedisStore, SQLiteStore, open_store
+from clmagic.store.sqlite import sql as sqlite_sql
 from clmagic.store.sqlite import store as sqlite_mod
 
 BIG = 1 << 20  # a binary of 256 SQLite pages: a hit that rewrote it would show in the WAL
@@ -83,8 +84,10 @@ def test_sqlite_use_counts_go_with_their_entry(tmp_path):
 
 @pytest.fixture
 def short_busy(monkeypatch):
-    """A 20 ms busy timeout, so tests that hold the write lock do not wait 5 s a write."""
+    """A 20 ms busy timeout, so tests that hold the write lock do not wait 5 s a write: set where
+    a connection is opened (``sql.connect``) as well as where the store sets it again."""
     monkeypatch.setattr(sqlite_mod, "BUSY_TIMEOUT_MS", 20)
+    monkeypatch.setattr(sqlite_sql, "BUSY_TIMEOUT_MS", 20)
 
 
 def _hold_write_lock(db) -> sqlite3.Connection:
