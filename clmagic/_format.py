@@ -13,7 +13,8 @@ import re
 import time
 
 __all__ = ["fmt_bytes", "fmt_duration", "fmt_ms", "fmt_time", "short_key", "count_of",
-           "device_label", "map_log_lines", "short_paths", "middle_cut", "tidy_log"]
+           "device_label", "map_log_lines", "short_paths", "middle_cut", "end_cut",
+           "tidy_log"]
 
 
 def fmt_ms(ms: float) -> str:
@@ -112,6 +113,12 @@ def middle_cut(text: str, width: int) -> str:
         return text[:width]
     head = (width - 1) // 3
     return text[:head] + "…" + text[len(text) - (width - 1 - head):]
+
+
+def end_cut(text: str, width: int) -> str:
+    """``text`` at most ``width`` characters, cut at its end with ``…`` (for text whose start
+    says what happened: a note, an error), unchanged when it fits."""
+    return text if len(text) <= width else text[:width - 1].rstrip() + "…"
 
 
 def _short_path(path: str, home: str) -> str:

@@ -14,8 +14,9 @@ missing and a changed source or header times again.
 
 Why ``-cl-nv-verbose`` is added on NVIDIA: registers and spills are what decides a variant
 there, and the driver says them only with that option (it changes what the driver prints, not
-the code it makes); the variants' options, and so ``best_options``, carry it. The rows are plain data; the DataFrame
-and the plot are :mod:`clmagic.show.sweep`'s.
+the code it makes); the variants' options, and so ``best_options``, carry it.
+
+The rows are plain data; the DataFrame and the plot are :mod:`clmagic.show.sweep`'s.
 """
 
 from __future__ import annotations
@@ -38,7 +39,8 @@ from clmagic.process.session import get_compiler
 from clmagic.trip.compiler import Compiler
 from clmagic.trip.results import BuildResult
 
-__all__ = ["Variant", "SweepRun", "sweep_run", "variants", "results_folder", "with_register_report"]
+__all__ = ["Variant", "SweepRun", "sweep_run", "variants", "results_folder",
+           "with_register_report"]
 
 #: the results file's format
 _VERSION = 1
@@ -271,7 +273,7 @@ def sweep_run(source: str, params: Mapping[str, Sequence[object]],
 
 def with_register_report(options: str, platform: str) -> str:
     """``options`` with ``-cl-nv-verbose`` on NVIDIA's platform (once), unchanged elsewhere."""
-    if "NVIDIA" not in platform or "-cl-nv-verbose" in options.split():
+    if not platform.startswith("NVIDIA") or "-cl-nv-verbose" in options.split():
         return options
     return f"{options} -cl-nv-verbose".strip()
 

@@ -117,7 +117,11 @@ def pastes(texts: Iterable[str], names: Iterable[str]) -> str:
     macro may paste the includer's tokens), or ``""``: only where some text pastes (``##``)
     and the identifiers of all of them, read every way, can spell the name."""
     texts = list(texts)
-    facts = [_facts(t) for t in texts]
+    return _pasted(texts, [_facts(t) for t in texts], names)
+
+
+def _pasted(texts: list[str], facts: list[_Facts], names: Iterable[str]) -> str:
+    """:func:`pastes` of ``texts`` whose facts are known."""
     if not any(f.pastes for f in facts):
         return ""
     pieces: set[str] = set()
@@ -150,9 +154,7 @@ def clock_reason(source: str, options: str, headers: Iterable[tuple[str, bytes]]
         if name:
             return (f"{where} reads the clock ({name}): a cached binary would hold another "
                     "build's time")
-    if not any(f.pastes for f in facts):  # what pastes() would find first, facts known
-        return ""
-    name = pastes([text for _, text in texts], CLOCK)
+    name = _pasted([text for _, text in texts], facts, CLOCK)
     if name:
         return (f"its macros can paste {name} (##): a cached binary would hold another "
                 "build's time")

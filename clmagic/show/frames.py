@@ -18,8 +18,8 @@ from clmagic.entry import META_FIELDS, Usage, sane_time
 from clmagic.process.session import or_default
 from clmagic.cache.manage import device_fingerprints, entry_origin
 from clmagic.trip.records import from_origin
-from clmagic._format import (count_of, device_label, fmt_bytes, fmt_ms, fmt_time, middle_cut,
-                             short_key, short_paths)
+from clmagic._format import (count_of, device_label, end_cut, fmt_bytes, fmt_ms, fmt_time,
+                             middle_cut, short_key, short_paths)
 from clmagic.show.line import Cell, table_html
 
 if TYPE_CHECKING:
@@ -28,7 +28,8 @@ if TYPE_CHECKING:
     from clmagic.trip.compiler import Compiler
     from clmagic.store import Store
 
-__all__ = ["cache_frame", "history_frame", "readable", "CACHE_COLUMNS", "HISTORY_COLUMNS"]
+__all__ = ["cache_frame", "history_frame", "readable", "ms_or_blank", "CACHE_COLUMNS",
+           "HISTORY_COLUMNS"]
 
 _DTYPES = {"str": "string", "int": "Int64", "float": "float64", "tuple[str, ...]": "string",
            "float | None": "float64"}
@@ -70,7 +71,8 @@ def _frame(columns: dict[str, list[Any]], dtypes: dict[str, str]) -> pd.DataFram
 _MAX_ROWS = 60
 
 
-def _ms_or_blank(v: Any) -> str:
+def ms_or_blank(v: Any) -> str:
+    """A duration in ms as a table shows it; blank where there is none (``None``, NaN)."""
     return "" if v is None or (isinstance(v, float) and math.isnan(v)) else fmt_ms(float(v))
 
 
@@ -97,9 +99,7 @@ def _shortened(v: Any) -> Cell:
 def _said(v: Any) -> Cell:
     """A note cut at its end for the table (its start says what happened), in full in the
     tooltip."""
-    full = short_paths(_text(v))
-    shown = full if len(full) <= _TEXT_WIDTH else full[:_TEXT_WIDTH - 1].rstrip() + "…"
-    return shown, _text(v)
+    return end_cut(short_paths(_text(v)), _TEXT_WIDTH), _text(v)
 
 
 #: the widest a device's label is shown (POCL names its device by its CPU target and model:
@@ -123,12 +123,12 @@ _SHOWN: dict[str, list[tuple[str, str, Any]]] = {
     "cache": [("key", "key", short_key), ("kernels", "kernels", _text),
               ("options", "options", _shortened), ("device", "device", None),
               ("stored_bytes", "size", lambda v: fmt_bytes(int(v))),
-              ("build_ms", "build", _ms_or_blank), ("hits", "hits", _text),
+              ("build_ms", "build", ms_or_blank), ("hits", "hits", _text),
               ("last_used", "last used", _when)],
     "history": [("time", "time", _when), ("outcome", "outcome", _text),
-                ("kernels", "kernels", _text), ("ms", "took", _ms_or_blank),
-                ("build_ms", "build", _ms_or_blank),
-                ("saved_ms", "saved", lambda v: _ms_or_blank(v) if v else ""),
+                ("kernels", "kernels", _text), ("ms", "took", ms_or_blank),
+                ("build_ms", "build", ms_or_blank),
+                ("saved_ms", "saved", lambda v: ms_or_blank(v) if v else ""),
                 ("device", "device", _device), ("key", "key", short_key),
                 ("options", "options", _shortened), ("note", "note", _said)],
 }

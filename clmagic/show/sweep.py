@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 from clmagic.cache.sweep import SweepRun, sweep_run
 from clmagic.opencl.facts import FACT_FIELDS, KernelFacts, facts_from_json
 from clmagic.process.session import or_default
-from clmagic._format import count_of, fmt_bytes, fmt_ms
-from clmagic.show.frames import readable
+from clmagic._format import count_of, end_cut, fmt_bytes
+from clmagic.show.frames import ms_or_blank, readable
 from clmagic.show.line import Cell, table_html
 
 if TYPE_CHECKING:
@@ -77,7 +77,7 @@ def _us(v: Any) -> str:
 
 def _error(v: Any) -> Cell:
     text = str(v) if _known(v) else ""
-    return (text if len(text) <= _ERROR_WIDTH else text[:_ERROR_WIDTH - 1].rstrip() + "…"), text
+    return end_cut(text, _ERROR_WIDTH), text
 
 
 def sweep_html(df: pd.DataFrame) -> str:
@@ -94,9 +94,9 @@ def sweep_html(df: pd.DataFrame) -> str:
     rows: list[list[Cell]] = []
     for _, r in df.iterrows():
         is_best = bool(best) and all(str(r[c]) == str(best.get(c)) for c in params)
-        rows.append(["★" if is_best else ("↺" if r.get("resumed") is True else ""),
+        rows.append(["★" if is_best else ("↺" if bool(r.get("resumed")) else ""),
                      *(str(r[c]) for c in params), str(r["outcome"]),
-                     fmt_ms(r["build_ms"]) if _known(r["build_ms"]) else "",
+                     ms_or_blank(r["build_ms"]),
                      *(_FACT_HEADS[c][1](int(r[c])) if _known(r[c]) else "" for c in facts),
                      _us(r["median_us"]), _us(r["min_us"]), _us(r["spread_us"]),
                      _error(r["error"])])
