@@ -7,7 +7,12 @@ includes nothing is reused as it is; one of a source that includes files only wh
 of every place its include search looked finds what it found then
 (:func:`clmagic.key.stamps.unchanged`: each file read the same file with the same size, times
 and inode, not too new to be trusted; each place found empty or a folder still so; the same
-working folder). Anything else prepares the source again."""
+working folder). Anything else prepares the source again.
+
+Across processes the same is remembered in the store's manifest (:mod:`clmagic.key.manifest`,
+ccache's direct mode): a new process takes the key from there under the same ``stat`` checks.
+Such a preparation is ``partial`` where the source reads headers (their contents are not read
+again): :func:`complete` prepares it fully before anything but a lookup needs it."""
 
 from __future__ import annotations
 
@@ -19,14 +24,15 @@ from dataclasses import dataclass, field
 
 from clmagic.opencl.devices import DeviceInfo
 from clmagic.key.includes import DRIVER_FLAG_VARS, Headers, Unkeyable, driver_flags, find_headers
+from clmagic.key.manifest import Manifest, Remembered, name_of
 from clmagic.key.stamps import unchanged
 from clmagic.key.clock import clock_reason
 from clmagic.key.digest import cache_key
 from clmagic._memo import remember
 from clmagic.key.options import BuildOptions, parse_options
-from clmagic.key.source import check_source, preview
+from clmagic.key.source import check_source, normalise_source, preview
 
-__all__ = ["Options", "Prepared", "prepare"]
+__all__ = ["Options", "Prepared", "prepare", "complete"]
 
 #: how many preparations a compiler remembers
 PREPARED_MAX = 512
@@ -50,10 +56,14 @@ class Prepared:
     unkeyable: str
     files: Headers = field(default_factory=Headers)  # what the key covered, re-checked after
     flags: dict[str, str] = field(default_factory=dict)  # the driver's environment flags
+    #: taken from the manifest, without the headers' contents (``files`` holds the probes):
+    #: the source and options as given, for :func:`complete`; ``None`` for a full preparation
+    partial: tuple[str | bytes, Options] | None = None
 
 
 def prepare(source: str | bytes, options: Options, info: DeviceInfo,
-            memo: OrderedDict[tuple[object, ...], Prepared], lock: threading.Lock) -> Prepared:
+            memo: OrderedDict[tuple[object, ...], Prepared], lock: threading.Lock,
+            manifest: Manifest | None = None) -> Prepared:
     """Check and normalise the source, parse the options, find headers, hash the key; a source
     that reads the clock is marked ``unkeyable`` (built every time, like ccache does).
 
@@ -61,6 +71,7 @@ def prepare(source: str | bytes, options: Options, info: DeviceInfo,
     depends on the arguments alone (a re-run cell then costs a dict lookup: 0.36 ms → µs on the
     H200 host for silx code); one that includes files is reused while its include search is
     :func:`~clmagic.key.stamps.unchanged` (a ``stat`` a place looked at), else prepared again.
+    A preparation not in ``memo`` is taken from ``manifest`` under the same checks.
     """
     if not isinstance(options, str | None | BuildOptions):
         options = tuple(options)  # hashable, and a generator is read once
@@ -72,6 +83,33 @@ def prepare(source: str | bytes, options: Options, info: DeviceInfo,
     cwd = os.getcwd()
     if prepared is not None and unchanged(prepared.files, cwd):
         return prepared
+    name = name_of(args) if manifest is not None else None
+    if name is not None and manifest is not None:
+        again = restored(source, options, manifest.get(name), cwd)
+        if again is not None:
+            with lock:
+                remember(memo, args, again, PREPARED_MAX)
+            return again
+    prepared = _prepare(source, options, info, cwd)
+    if prepared.files.reusable and not prepared.unkeyable:  # checked by stat on reuse
+        with lock:
+            remember(memo, args, prepared, PREPARED_MAX)
+        if name is not None and manifest is not None:
+            manifest.add(name, _remembered(source, prepared, cwd))
+    return prepared
+
+
+def complete(prepared: Prepared, info: DeviceInfo) -> Prepared:
+    """``prepared`` with its headers read, ready to build or rekey: itself unless it is a
+    ``partial`` one from the manifest, which is prepared again from what was given."""
+    if prepared.partial is None:
+        return prepared
+    source, options = prepared.partial
+    return _prepare(source, options, info, os.getcwd())
+
+
+def _prepare(source: str | bytes, options: Options, info: DeviceInfo, cwd: str) -> Prepared:
+    """The full preparation (see :func:`prepare`)."""
     opts = parse_options(options)
     try:
         flags = driver_flags()
@@ -83,9 +121,36 @@ def prepare(source: str | bytes, options: Options, info: DeviceInfo,
         text, src = check_source(source, opts.effective)
         flags, headers, unkeyable = {}, Headers(), str(exc)
     key = cache_key(src, opts.effective, info, headers, flags)
-    prepared = Prepared(text, src, opts, key, tuple(name for name, _ in headers),
-                        preview(text), unkeyable, headers, flags)
-    if headers.reusable and not unkeyable:  # checked by stat on reuse where files are read
-        with lock:
-            remember(memo, args, prepared, PREPARED_MAX)
-    return prepared
+    return Prepared(text, src, opts, key, tuple(name for name, _ in headers), preview(text),
+                    unkeyable, headers, flags)
+
+
+def restored(source: str | bytes, options: Options, rem: Remembered | None,
+             cwd: str) -> Prepared | None:
+    """The preparation ``rem`` remembers for this source, while every place its include search
+    looked finds what it found then; ``None`` otherwise (or when the driver's flags changed
+    in this process)."""
+    if rem is None:
+        return None
+    files = Headers()
+    files.static, files.probes = rem.static, rem.probes
+    text = source.decode("utf-8") if isinstance(source, bytes) else source
+    text = normalise_source(text) if rem.normalised else text
+    files.found_with = (text, (), rem.cwd, rem.options)
+    if not unchanged(files, cwd):
+        return None
+    try:
+        flags = driver_flags()
+    except Unkeyable:
+        return None
+    src = source if isinstance(source, bytes) and not rem.normalised else text.encode("utf-8")
+    return Prepared(text, src, parse_options(options), rem.key, rem.names, preview(text), "",
+                    files, flags, None if rem.static else (source, options))
+
+
+def _remembered(source: str | bytes, prepared: Prepared, cwd: str) -> Remembered:
+    files = prepared.files
+    given = source.decode("utf-8") if isinstance(source, bytes) else source
+    found = files.found_with
+    return Remembered(prepared.key, prepared.source != given, prepared.headers, files.static,
+                      dict(files.probes), found[2] if found else cwd, found[3] if found else "")

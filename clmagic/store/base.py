@@ -237,6 +237,14 @@ class Store(ABC):
         return None
 
     @property
+    def manifest_file(self) -> Path | None:
+        """Where preparations are remembered across processes (:mod:`clmagic.key.manifest`):
+        in the lifetime statistics' folder of a store only this user writes; ``None``
+        elsewhere."""
+        folder = self.stats_folder
+        return None if folder is None or self.shared else folder / "manifest"
+
+    @property
     def counters(self) -> Counters:
         """The lifetime counters of this store (see :mod:`clmagic.store.lifetime`); a store that
         cannot be written counts this session only (a read-only cache is left as it is)."""

@@ -38,7 +38,8 @@ from clmagic.trip.history import History
 from clmagic.trip.missed import why_missed
 from clmagic.trip.records import Record
 from clmagic.trip.results import BuildResult, ProgramBuild
-from clmagic.trip.state import Trip, TripState
+from clmagic.trip.state import TripState
+from clmagic.trip.underway import Trip
 
 __all__ = ["Compiler", "BuildResult", "ProgramBuild", "MAX_SOURCE", "normalise_source"]
 
@@ -172,6 +173,7 @@ class Compiler:
         built, outcome, note = state.from_store(trip)
         if built is not None:
             return state.finish(trip, outcome, built, note=note)
+        trip = trip.completed()  # a miss: the headers are read for the rekey and the build
         code = rekey.code_key_for(state, trip)
         if code.key is not None:
             found = rekey.by_code(state, trip, code.key)

@@ -5,6 +5,7 @@ kernels: what :mod:`clmagic.process.hook` needs (:meth:`Compiler.build_program` 
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -16,7 +17,7 @@ from clmagic.entry import Entry
 from clmagic.errors import BuildError, CorruptEntry
 from clmagic.key.includes import headers_changed
 from clmagic.key.options import BuildOptions
-from clmagic.key.prepare import Prepared
+from clmagic.key.prepare import Prepared, complete
 from clmagic.opencl import devices as _devices
 from clmagic.opencl import driver
 from clmagic.opencl.devices import DeviceInfo
@@ -48,6 +49,12 @@ class _Request:
     def keys(self) -> tuple[tuple[str, str], ...]:
         """Each device's (fingerprint, key): the program's name in the programs memo."""
         return tuple((i.fingerprint, p.key) for i, p in zip(self.infos, self.preps))
+
+    def completed(self) -> _Request:
+        """This request with every source fully prepared (headers read), before it is built:
+        a preparation taken from the manifest answers a lookup only."""
+        preps = [complete(p, i) for p, i in zip(self.preps, self.infos)]
+        return dataclasses.replace(self, preps=preps)
 
     def finish(self, outcome: Outcome, built: driver.Built, note: str = "") -> ProgramBuild:
         """The result, one record per device (each with ``outcome`` and ``note``) kept and
@@ -97,7 +104,7 @@ def build_program(state: TripState, context: cl.Context, source: str | bytes,
         return req.finish(Outcome.MEMORY, mem, note="memory")
     found = [state.lookup(i, p.key) for i, p in zip(infos, req.preps)]
     hit, corrupt = _from_store(req, found)
-    return hit if hit is not None else _from_source(req, found, corrupt)
+    return hit if hit is not None else _from_source(req.completed(), found, corrupt)
 
 
 def _from_store(req: _Request, found: list[Found]) -> tuple[ProgramBuild | None, bool]:

@@ -13,7 +13,8 @@ from clmagic.outcome import Outcome
 from clmagic.trip.background import wait_everywhere
 from clmagic.trip.results import BuildResult
 from clmagic.trip.save import not_saved
-from clmagic.trip.state import Trip, TripState
+from clmagic.trip.state import TripState
+from clmagic.trip.underway import Trip
 
 __all__ = ["code_key_for", "by_code"]
 

@@ -89,6 +89,8 @@ def save_later(state: TripState, rec: Record, kept: Record | None, program: cl.P
         finally:
             if kept is not None:
                 state.settle(kept, saved, note)
+            if saved:
+                state.saved()
             # counted once saved: a directory store's folder (and its counters) is made by its
             # first save
             state.counters.add(rec.fingerprint, rec.outcome, 1, rec.saved_ms)

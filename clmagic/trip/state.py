@@ -19,7 +19,6 @@ import time
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
-from dataclasses import dataclass
 
 import pyopencl as cl
 
@@ -31,6 +30,7 @@ from clmagic.entry import Entry
 from clmagic.errors import BuildError, ClmagicError, CorruptEntry
 from clmagic.key.includes import strip_comments
 from clmagic.key.options import BuildOptions
+from clmagic.key.manifest import Manifest
 from clmagic.key.prepare import Options, Prepared, prepare
 from clmagic.opencl import driver, stored_facts, vet
 from clmagic.opencl.devices import DeviceInfo
@@ -42,36 +42,14 @@ from clmagic.outcome import Outcome
 from clmagic.trip.history import History
 from clmagic.trip.records import Record, kernels_in
 from clmagic.trip.results import BuildResult
+from clmagic.trip.underway import Memo, Trip
 
-__all__ = ["TripState", "Trip", "served_from", "PROGRAMS_MAX"]
+__all__ = ["TripState", "served_from", "PROGRAMS_MAX"]
 
 #: how many programs built for callers' contexts (the pyopencl hook) a compiler keeps in memory
 PROGRAMS_MAX = 256
 
-#: the (fingerprint, key) of one program in the memory front
-Memo = tuple[str, str]
-
 _STATES: weakref.WeakSet[TripState] = weakref.WeakSet()
-
-
-@dataclass(frozen=True)
-class Trip:
-    """One :meth:`Compiler.build <clmagic.trip.compiler.Compiler.build>` under way: the
-    prepared source and its device, context and queue, and when the trip's clock started."""
-
-    prep: Prepared
-    info: DeviceInfo
-    dev: cl.Device
-    ctx: cl.Context
-    queue: cl.CommandQueue
-    line_offset: int
-    t0: float
-    setup_ms: float = 0.0
-
-    @property
-    def memo(self) -> Memo:
-        """Where the trip's program is kept in the memory front."""
-        return self.info.fingerprint, self.prep.key
 
 
 def served_from(entry: Entry, store: Store | None) -> str:
@@ -103,6 +81,7 @@ class TripState:
         self._hits = HitCounter(self._saver)  # store hits, counted in batches
         self._no_counters = Counters(None)  # this session's counts when there is no store
         self._store = store
+        self._manifest = _manifest_of(store)
         _STATES.add(self)
 
     def reset_after_fork(self) -> None:
@@ -128,6 +107,7 @@ class TripState:
         self._saver.flush()
         with self._lock:
             self._store = store
+            self._manifest = _manifest_of(store)
             self._memory.clear()
             self._programs.clear()
 
@@ -164,13 +144,20 @@ class TripState:
 
     def prepare(self, source: str | bytes, options: Options, info: DeviceInfo) -> Prepared:
         """The source checked, its options parsed, headers found, key hashed (remembered for
-        sources that include nothing: :func:`clmagic.key.prepare.prepare`)."""
-        return prepare(source, options, info, self._prepared, self._lock)
+        sources that include nothing: :func:`clmagic.key.prepare.prepare`), and across
+        processes in the store's manifest."""
+        return prepare(source, options, info, self._prepared, self._lock, self._manifest)
+
+    def saved(self) -> None:
+        """A save is done (the store's folder exists): write the manifest's waiting lines."""
+        self._manifest.write_waiting()
 
     def forget_prepared(self) -> None:
-        """Prepare every source again, as a new process would (for measurements)."""
+        """Prepare every source again, as a new process would (for measurements): the
+        manifest is read again from its file."""
         with self._lock:
             self._prepared.clear()
+            self._manifest.forget()
 
     def recall(self, memo: Memo, context: cl.Context) -> driver.Built | None:
         """The program kept in memory for ``memo`` in ``context`` (now the most recently used),
@@ -385,6 +372,10 @@ class TripState:
         self.changed()
         return BuildResult(built.program, built.kernels, trip.ctx, trip.queue, trip.prep.opts,
                            rec, pending)
+
+
+def _manifest_of(store: Store | None) -> Manifest:
+    return Manifest(store.manifest_file if store is not None else None)
 
 
 def _once(built: driver.Built, ms: float, what: str) -> driver.Built:

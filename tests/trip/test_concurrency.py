@@ -56,10 +56,14 @@ print(json.dumps({"outcomes": outcomes, "errors": errors, "ran": a.tolist() == [
 def _check_folder(cache, expect: int) -> None:
     every = [p for p in cache.rglob("*") if p.is_file()]
     counters = [p for p in every if p.parent == cache / "stats"]  # one per process, no lock
+    manifest = cache / "stats" / "manifest"
+    counters.remove(manifest)
     assert all(p.suffix == ".cnt" for p in counters) and len(counters) <= 8
     stray = [p.name for p in every
-             if p.suffix not in (".clbin", ".hits", ".code") and p not in counters]
+             if p.suffix not in (".clbin", ".hits", ".code") and p not in counters
+             and p != manifest]
     assert not stray, f"stray files {stray}"  # no temp or lock files
+    _check_manifest(manifest)
     files = [p for p in every if p.suffix == ".clbin"]
     assert len(files) == expect
     for code in (p for p in every if p.suffix == ".code"):  # each code index names an entry
@@ -67,6 +71,15 @@ def _check_folder(cache, expect: int) -> None:
     for path in files:
         entry = decode(path.read_bytes(), key=path.stem, fingerprint=path.parent.name)
         assert entry.kernels[0].startswith("k")
+
+
+def _check_manifest(path) -> None:
+    """Every line the processes appended at once is whole: its checksum holds (two processes
+    that found no file may each have begun it with the format's line)."""
+    from clmagic.key.manifest import FORMAT, Manifest
+    lines = [line for line in path.read_bytes().split(b"\n")[1:-1]
+             if not line.startswith(FORMAT.encode())]
+    assert lines and all(Manifest(path).get(line[:32]) is not None for line in lines)
 
 
 def test_eight_processes_at_once(cache_dir, pocl):
