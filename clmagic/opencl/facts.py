@@ -18,6 +18,7 @@ Each query stands alone (one that fails leaves its figure ``None``); nothing is 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any, TypeVar
@@ -161,7 +162,13 @@ def _one(name: str, doc: Mapping[str, Any]) -> KernelFacts:
 def facts_from_json(raw: object) -> dict[str, KernelFacts] | None:
     """The facts an entry keeps (``None``: it keeps none, as entries saved before clmagic kept
     them). Read leniently: a value of an unexpected type is ``None``, never an error (the
-    entry's digest already vouches for the bytes; a newer clmagic may add figures)."""
+    entry's digest already vouches for the bytes; a newer clmagic may add figures). ``raw``
+    is the JSON text an entry keeps, or the object it holds (entries saved before)."""
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw)
+        except ValueError:
+            return None
     if not isinstance(raw, Mapping):
         return None
     return {str(n): _one(str(n), d) for n, d in raw.items() if isinstance(d, Mapping)}

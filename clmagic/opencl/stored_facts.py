@@ -15,10 +15,10 @@ __all__ = ["StoredFacts", "stored_facts"]
 
 
 class StoredFacts(Mapping[str, KernelFacts]):
-    """The facts of an entry's JSON (a mapping, as :func:`facts_from_json` reads it), made on
-    first use, once."""
+    """The facts of an entry's JSON (its text, or the mapping of an entry saved before: as
+    :func:`facts_from_json` reads it), made on first use, once."""
 
-    def __init__(self, raw: Mapping[str, Any]) -> None:
+    def __init__(self, raw: str | Mapping[str, Any]) -> None:
         self._raw = raw
         self._facts: dict[str, KernelFacts] | None = None
         self._lock = threading.Lock()
@@ -48,4 +48,4 @@ class StoredFacts(Mapping[str, KernelFacts]):
 def stored_facts(raw: object) -> Mapping[str, KernelFacts] | None:
     """What :func:`facts_from_json` would give for ``raw``, made when first read (``None``
     where the entry keeps no facts, at once)."""
-    return StoredFacts(raw) if isinstance(raw, Mapping) else None
+    return StoredFacts(raw) if isinstance(raw, str | Mapping) else None

@@ -160,6 +160,38 @@ def test_entries_without_facts_still_load(settings, pocl):
     assert hit.kernel_info == built.kernel_info
 
 
+@pytest.mark.parametrize("store_kind", ["directory", "sqlite"])
+def test_facts_are_kept_as_one_json_text_and_older_entries_objects_still_read(
+        tmp_path, pocl, store_kind):
+    """A new entry keeps its facts as one JSON text inside the metadata (a HIT parses a string,
+    not an object per kernel); an entry saved before, which holds the object itself, still
+    HITs with the same facts, in each store that keeps metadata its own way."""
+    import dataclasses
+    import json
+
+    from clmagic.config import Settings
+    from clmagic.entry import Entry
+    from clmagic.store import store_for
+
+    where = {"directory": {"CLMAGIC_CACHE_DIR": str(tmp_path / "c")},
+             "sqlite": {"CLMAGIC_CACHE_DIR": str(tmp_path / "c.db")}}[store_kind]
+    settings = Settings.from_env({**where, "CLMAGIC_DEVICE": pocl})
+    built = clmagic.Compiler(settings).build(SRC, "", pocl)
+    assert built.saved
+    entry = first_entry(settings, built)
+    assert isinstance(entry.meta.kernel_facts, str)
+    assert facts_from_json(entry.meta.kernel_facts) == built.kernel_info
+    older = dataclasses.replace(entry.meta, kernel_facts=json.loads(entry.meta.kernel_facts),
+                                digest="", signature="")
+    store = store_for(settings)
+    store.delete(built.device.fingerprint, built.key)
+    assert store.put(Entry(meta=older, binary=entry.binary))
+    assert isinstance(first_entry(settings, built).meta.kernel_facts, dict)
+    hit = clmagic.Compiler(settings).build(SRC, "", pocl)
+    assert hit.outcome == "HIT" and hit.record.facts == built.kernel_info
+    store.close()
+
+
 def test_the_compiled_code_says_what_the_binary_is(settings, pocl, oclgrind):
     compiler = clmagic.Compiler(settings)
     pocl_result = compiler.build(SRC, "", pocl)
