@@ -41,6 +41,10 @@ if ! .venv/bin/python scripts/probe_pocl.py >/dev/null 2>&1; then
 fi
 
 if [ "$what" = test ]; then
+  # what the Binder image has (binder/apt.txt: a system POCL beside the wheel's), before any test
+  # runs: the Binder replay (tests/test_binder.py) then installs nothing while other tests run
+  # (a platform that appears mid-run changes the devices pyopencl's own tests are named after)
+  dpkg -s $(grep -v '^#' binder/apt.txt) >/dev/null 2>&1 || apt_install $(grep -v '^#' binder/apt.txt)
   command -v redis-server >/dev/null || apt_install redis-server
   [ -x /usr/bin/chromium ] || apt_install chromium
 fi
