@@ -23,7 +23,6 @@ from collections.abc import Callable, Hashable, Sequence
 import pyopencl as cl
 
 from clmagic._fork import after_fork, disown
-from clmagic._memo import remember
 from clmagic._warn import warn_once
 from clmagic.config import Settings
 from clmagic.entry import Entry
@@ -41,6 +40,7 @@ from clmagic.trip.background import HitCounter, Pending, Saver, wait_everywhere
 from clmagic.outcome import Outcome
 from clmagic.trip.history import History
 from clmagic.trip.records import Record, kernels_in
+from clmagic.trip.release import Releaser
 from clmagic.trip.results import BuildResult
 from clmagic.trip.underway import Memo, Trip
 
@@ -79,6 +79,7 @@ class TripState:
         #: a MISS's binary readout and save, and the hit counter, run here, off the user's path
         self._saver = Saver()
         self._hits = HitCounter(self._saver)  # store hits, counted in batches
+        self._releaser = Releaser(self._saver)  # programs no longer kept, released there
         self._no_counters = Counters(None)  # this session's counts when there is no store
         self._store = store
         self._manifest = _manifest_of(store)
@@ -93,6 +94,7 @@ class TripState:
         disown(self._memory, self._programs)
         self._memory = OrderedDict()
         self._programs = OrderedDict()
+        self._releaser.reset_after_fork()
 
     # -- the store, the background work ---------------------------------------------------------
 
@@ -173,10 +175,11 @@ class TripState:
     def keep(self, memo: Memo, built: driver.Built) -> None:
         """Keep a program in memory, dropping the least recently used past ``memory_max``."""
         with self._lock:
+            dropped = [] if (old := self._memory.pop(memo, None)) is None else [old]
             self._memory[memo] = built
-            self._memory.move_to_end(memo)
             while len(self._memory) > max(self.memory_max, 1):
-                self._memory.popitem(last=False)
+                dropped.append(self._memory.popitem(last=False)[1])
+        self._releaser.let_go(dropped)
 
     def in_memory(self) -> list[Memo]:
         """The (fingerprint, key) of every program in the memory front, least recently used
@@ -198,7 +201,11 @@ class TripState:
         """Keep a program built for a caller's context, dropping the oldest past
         :data:`PROGRAMS_MAX`."""
         with self._lock:
-            remember(self._programs, keys, built, PROGRAMS_MAX)
+            dropped = [] if (old := self._programs.pop(keys, None)) is None else [old]
+            while len(self._programs) >= PROGRAMS_MAX:
+                dropped.append(self._programs.popitem(last=False)[1])
+            self._programs[keys] = built
+        self._releaser.let_go(dropped)
 
     def forget(self, fingerprint: str | None = None, key: str | None = None) -> int:
         """Drop in-memory programs (all, of one device, or one key); returns how many."""

@@ -14,6 +14,10 @@ one owned by another user is not used.
 A code index, ``<code key>.code`` holding a key (64 bytes), names the latest entry built from the
 same code (comments and spacing aside), for rekeying; a stale one (its entry gone) is ignored.
 
+An entry read and checked once is kept in memory (:mod:`clmagic.store.recent`) while its file
+has the same device, inode, size and times: a new context's HIT of it costs one ``lstat`` and
+the ``.hits`` file's, not a read.
+
 Use is tracked beside each entry, never in it: a hit appends one byte to ``<key>.hits``
 (``O_APPEND``, so concurrent hits from several processes all count), whose size is the hit count
 and whose modification time is the last use. Listing reads each entry's header and metadata (not
@@ -47,6 +51,7 @@ from clmagic.store._fs import (
     repair_folder,
 )
 from clmagic.store.base import Store, Use, valid_name
+from clmagic.store.recent import Recent, stamp_of
 from clmagic.store.directory.files import (
     CODE_SUFFIX,
     HITS_SUFFIX,
@@ -78,6 +83,8 @@ class DirectoryStore(Store):
         self.root = Path(root)
         self.trust = False
         self._good: set[Path] = set()  # device folders checked (and repaired) in this process
+        self._root = os.fspath(self.root)
+        self._recent = Recent()  # entries read, while their files stay the ones read
 
     @classmethod
     def open(cls, root: str | os.PathLike[str], trust: bool = False) -> DirectoryStore | None:
@@ -142,7 +149,13 @@ class DirectoryStore(Store):
     # -- the contract -------------------------------------------------------------------------
 
     def get(self, fingerprint: str, key: str) -> Entry | None:
-        path = self._path(fingerprint, key)
+        self._check_name(fingerprint, key)
+        where = f"{self._root}{os.sep}{fingerprint}{os.sep}{key}{SUFFIX}"
+        path = Path(where)
+        kept = self._recent.get((fingerprint, key), where)
+        if kept is not None:  # its file unchanged: only its use counts are read again
+            size = kept.usage.stored_bytes - kept.usage.hits  # the entry file's own size
+            return Entry(kept.meta, self._usage(path, size), kept.binary, kept.foreign)
         try:
             self._check_folder(path.parent)
             fd = open_regular(path)
@@ -166,15 +179,19 @@ class DirectoryStore(Store):
             raise CorruptEntry(f"cannot open {path.name}: {exc.strerror}") from None
         try:
             with os.fdopen(fd, "rb", buffering=0) as fh:
-                size = os.fstat(fd).st_size
-                if size > MAX_FILE:  # before allocating: a planted giant is not read
-                    raise CorruptEntry(f"{path.name} is {size} bytes, over any entry's size")
-                entry = read_entry(fh, size, key, fingerprint, self._usage(path, size))
+                st = os.fstat(fd)
+                if st.st_size > MAX_FILE:  # before allocating: a planted giant is not read
+                    raise CorruptEntry(f"{path.name} is {st.st_size} bytes, over any entry's "
+                                       "size")
+                entry = read_entry(fh, st.st_size, key, fingerprint,
+                                   self._usage(path, st.st_size))
         except OSError as exc:  # e.g. a directory where the file should be
             raise CorruptEntry(f"cannot read {path.name}: {exc.strerror}") from None
         except OtherFormat:
             return None  # an older clmagic's entry: a miss; the save replaces it, or it ages out
-        return self._vet(entry)
+        entry = self._vet(entry)
+        self._recent.keep((fingerprint, key), stamp_of(st), entry)
+        return entry
 
     def _sweep(self, path: Path) -> int:
         """Remove leftover temp files of ``path`` whose writer is gone; how many."""
@@ -286,6 +303,7 @@ class DirectoryStore(Store):
 
     def delete(self, fingerprint: str, key: str) -> bool:
         path = self._path(fingerprint, key)
+        self._recent.drop((fingerprint, key))
         drop_hits(path)
         index = code_index_of(path, key)
         try:
@@ -302,4 +320,5 @@ class DirectoryStore(Store):
         return directory_scan.list_entries(self.root, fingerprint, self.kind, self._check_folder)
 
     def clear(self, fingerprint: str | None = None) -> tuple[int, int]:
+        self._recent.drop()
         return directory_scan.clear(self.root, fingerprint)
