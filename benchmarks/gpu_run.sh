@@ -4,7 +4,7 @@
 # Mako), the silx/pyFAI corpus unpacked in .corpus/ (benchmarks/corpus.py extract_cl), results
 # in $OUT.
 #
-#   benchmarks/gpu_run.sh hook on off suite facts profile  (steps in order; suite-on, suite-off: one side; MAX_REAL_ON/OFF,
+#   benchmarks/gpu_run.sh hook on off suite facts profile split  (steps in order; suite-on, suite-off: one side; MAX_REAL_ON/OFF,
 #   REPEATS_ON/OFF/HOOK/SUITE/PROFILE, TESTS_SUITE)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -53,6 +53,12 @@ for step in "$@"; do
     facts) $PY benchmarks/gpu_facts.py --device nvidia --out "$OUT" > "$OUT/gpu-facts.log" 2>&1 ;;
     profile) $PY benchmarks/profile_hit.py --device nvidia --repeats "${REPEATS_PROFILE:-20}" \
            --json "$OUT/profile-hit-nvidia-h200.json" > "$OUT/profile-hit-nvidia-h200.txt" ;;
-    *) echo "gpu_run.sh: unknown step $step (on, off, hook, suite, suite-on, suite-off, facts, profile)" >&2; exit 2 ;;
+    split) export CLMAGIC_CACHE_DIR=$(mktemp -d)/cache  # filled once, then every build a HIT
+           $PY benchmarks/profile_suite.py --device nvidia > /dev/null 2>&1
+           for release in later inline later inline; do
+             $PY benchmarks/profile_suite.py --device nvidia --release $release 2>&1 | cut -c1-300
+           done > "$OUT/profile-suite-nvidia-h200.txt"
+           unset CLMAGIC_CACHE_DIR ;;
+    *) echo "gpu_run.sh: unknown step $step (on, off, hook, suite, suite-on, suite-off, facts, profile, split)" >&2; exit 2 ;;
   esac
 done
