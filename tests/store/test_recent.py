@@ -33,6 +33,16 @@ def test_an_unchanged_file_is_served_from_memory_with_fresh_use_counts(tmp_path)
     assert again.usage.stored_bytes == first.usage.stored_bytes + 1
 
 
+def test_close_lets_go_of_what_was_kept(tmp_path):
+    """After ``close`` the next ``get`` reads the file (as a new process does)."""
+    store, e, _ = _store(tmp_path)
+    first = store.get(FP, e.key)
+    store.close()
+    again = store.get(FP, e.key)
+    assert again.binary == first.binary and again.binary is not first.binary
+    assert store.get(FP, e.key).binary is again.binary  # kept again after that read
+
+
 def test_a_file_edited_in_place_is_read_again(tmp_path):
     """Same size, same inode, its modification time put back: the change time still moves, so
     the damage is found (the copy in memory is never preferred to a changed file)."""

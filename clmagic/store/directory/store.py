@@ -322,3 +322,7 @@ class DirectoryStore(Store):
     def clear(self, fingerprint: str | None = None) -> tuple[int, int]:
         self._recent.drop()
         return directory_scan.clear(self.root, fingerprint)
+
+    def close(self) -> None:
+        """Let go of the entries kept in memory: the next ``get`` reads its file again."""
+        self._recent.drop()
