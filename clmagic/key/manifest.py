@@ -41,7 +41,7 @@ from clmagic.store._fs import O_NOFOLLOW, read_regular
 __all__ = ["Manifest", "Remembered", "MAX_BYTES", "FORMAT"]
 
 #: the format of a manifest file (its first line, with :func:`code_stamp`)
-FORMAT = "clmagic-manifest-1"
+FORMAT = "clmagic-manifest-2"
 #: past this size the file is rewritten with its newest half
 MAX_BYTES = 1 << 20
 _NAME = 32  # hex digits of a line's name, then as many of its checksum
@@ -60,6 +60,8 @@ class Remembered:
     probes: dict[str, Probe]
     cwd: str
     options: str  # what the include search was given as the driver's options
+    preview: str = ""  # the text's first line of code (:func:`~clmagic.key.source.preview`)
+    size: int = 0  # the text's length in UTF-8 bytes
 
 
 _code: str | None = None
@@ -238,18 +240,19 @@ def _encode(rem: Remembered) -> dict[str, object]:
     return {"k": rem.key, "n": rem.normalised, "h": list(rem.names), "s": rem.static,
             "p": [[path, list(p) if isinstance(p, tuple) else p]
                   for path, p in rem.probes.items()],
-            "c": rem.cwd, "o": rem.options}
+            "c": rem.cwd, "o": rem.options, "v": rem.preview, "b": rem.size}
 
 
 def _decode(d: dict[str, object]) -> Remembered:
     """A :class:`Remembered` from its JSON, every field's type checked (``TypeError``)."""
     key, names, probes, cwd, options = d["k"], d["h"], d["p"], d["c"], d["o"]
+    view, size = d["v"], d["b"]
     if not (isinstance(key, str) and isinstance(names, list) and isinstance(probes, list)
-            and isinstance(cwd, str) and isinstance(options, str)
-            and all(isinstance(n, str) for n in names)):
+            and isinstance(cwd, str) and isinstance(options, str) and isinstance(view, str)
+            and type(size) is int and size >= 0 and all(isinstance(n, str) for n in names)):
         raise TypeError("a field of the wrong type")
     return Remembered(key, d["n"] is True, tuple(names), d["s"] is True,
-                      dict(_probe(item) for item in probes), cwd, options)
+                      dict(_probe(item) for item in probes), cwd, options, view, size)
 
 
 def _probe(item: object) -> tuple[str, Probe]:

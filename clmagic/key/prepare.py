@@ -16,6 +16,7 @@ again): :func:`complete` prepares it fully before anything but a lookup needs it
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 from collections import OrderedDict
@@ -43,10 +44,12 @@ Options = str | Iterable[str] | BuildOptions | None
 @dataclass(frozen=True)
 class Prepared:
     """What a source and its options become for one device before any cache is asked
-    (remembered per source, options and device; see the module's note)."""
+    (remembered per source, options and device; see the module's note). :attr:`source`, the
+    text the compiler reads, is ``given`` or, where ``normal``, its normal form: made when
+    first asked (a HIT taken from the manifest whose record keeps no source never makes it)."""
 
-    source: str
-    src: bytes
+    given: str  # the text as given (decoded), or as the compiler reads it (``normal`` false)
+    normal: bool  # the compiler reads :func:`~clmagic.key.source.normalise_source` of ``given``
     opts: BuildOptions
     key: str
     headers: tuple[str, ...]
@@ -54,11 +57,22 @@ class Prepared:
     #: why the cache must be bypassed, or "": includes past what a key covers, or a build no
     #: cached binary can stand for (it reads the clock: :func:`clmagic.key.clock.clock_reason`)
     unkeyable: str
+    size: int  # :attr:`source`'s length in UTF-8 bytes
     files: Headers = field(default_factory=Headers)  # what the key covered, re-checked after
     flags: dict[str, str] = field(default_factory=dict)  # the driver's environment flags
     #: taken from the manifest, without the headers' contents (``files`` holds the probes):
     #: the source and options as given, for :func:`complete`; ``None`` for a full preparation
     partial: tuple[str | bytes, Options] | None = None
+
+    @functools.cached_property
+    def source(self) -> str:
+        """The text the compiler reads."""
+        return normalise_source(self.given) if self.normal else self.given
+
+    @functools.cached_property
+    def src(self) -> bytes:
+        """:attr:`source` in UTF-8, as the key hashed it."""
+        return self.source.encode("utf-8")
 
 
 def prepare(source: str | bytes, options: Options, info: DeviceInfo,
@@ -121,8 +135,8 @@ def _prepare(source: str | bytes, options: Options, info: DeviceInfo, cwd: str) 
         text, src = check_source(source, opts.effective)
         flags, headers, unkeyable = {}, Headers(), str(exc)
     key = cache_key(src, opts.effective, info, headers, flags)
-    return Prepared(text, src, opts, key, tuple(name for name, _ in headers), preview(text),
-                    unkeyable, headers, flags)
+    return Prepared(text, False, opts, key, tuple(name for name, _ in headers), preview(text),
+                    unkeyable, len(src), headers, flags)
 
 
 def restored(source: str | bytes, options: Options, rem: Remembered | None,
@@ -135,17 +149,17 @@ def restored(source: str | bytes, options: Options, rem: Remembered | None,
     files = Headers()
     files.static, files.probes = rem.static, rem.probes
     text = source.decode("utf-8") if isinstance(source, bytes) else source
-    text = normalise_source(text) if rem.normalised else text
-    files.found_with = (text, (), rem.cwd, rem.options)
+    searched = text if rem.static or not rem.normalised else normalise_source(text)
+    files.found_with = (searched, (), rem.cwd, rem.options)  # the text the search read
     if not unchanged(files, cwd):
         return None
     try:
         flags = driver_flags()
     except Unkeyable:
         return None
-    src = source if isinstance(source, bytes) and not rem.normalised else text.encode("utf-8")
-    return Prepared(text, src, parse_options(options), rem.key, rem.names, preview(text), "",
-                    files, flags, None if rem.static else (source, options))
+    return Prepared(text, rem.normalised, parse_options(options), rem.key, rem.names,
+                    rem.preview, "", rem.size, files, flags,
+                    None if rem.static else (source, options))
 
 
 def _remembered(source: str | bytes, prepared: Prepared, cwd: str) -> Remembered:
@@ -153,4 +167,5 @@ def _remembered(source: str | bytes, prepared: Prepared, cwd: str) -> Remembered
     given = source.decode("utf-8") if isinstance(source, bytes) else source
     found = files.found_with
     return Remembered(prepared.key, prepared.source != given, prepared.headers, files.static,
-                      dict(files.probes), found[2] if found else cwd, found[3] if found else "")
+                      dict(files.probes), found[2] if found else cwd, found[3] if found else "",
+                      prepared.preview, prepared.size)

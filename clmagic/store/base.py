@@ -115,7 +115,8 @@ class Store(ABC):
             raise Unsigned(f"it is not signed, and CLMAGIC_CACHE_SECRET is set: {self.kind} "
                            "entries must be signed")
         foreign = entry.meta.untrusted or (f"{self.kind} {self.location}" if self.shared else "")
-        return dataclasses.replace(entry, foreign="" if verdict else foreign)
+        foreign = "" if verdict else foreign
+        return entry if entry.foreign == foreign else dataclasses.replace(entry, foreign=foreign)
 
     def mark_proven(self, entry: Entry) -> None:
         """Record that ``entry``'s binary was proven loadable on this machine, so that it is not

@@ -113,12 +113,8 @@ class History:
             if not self.keep_source and record.source is not None:
                 record = dataclasses.replace(record, source=None)
             self._append(record)
-        detail = f"{record.ms:.1f} ms"
-        if record.once_ms:  # said apart, as the result line says it
-            detail += f" (+ {record.once_ms:.1f} ms of it once: {record.once_what})"
-        if record.outcome in (Outcome.REKEYED, Outcome.FAILED):
-            detail += f" · {record.note}"
-        self.event(record.outcome, record.key, record.kernels, count=True, detail=detail)
+        self.event(record.outcome, record.key, record.kernels, count=True,
+                   detail=_detail(record) if self.debug else "")
         if record.saved_to_store:
             self.event("SAVE", record.key, record.kernels, count=True)
         return record
@@ -154,3 +150,14 @@ class History:
         self._kept.clear()
         self.tally.clear()
         self.dropped = 0
+
+
+def _detail(record: Record) -> str:
+    """A debug line's detail: the trip's time, a one-time cost inside it, why it rekeyed or
+    failed."""
+    detail = f"{record.ms:.1f} ms"
+    if record.once_ms:  # said apart, as the result line says it
+        detail += f" (+ {record.once_ms:.1f} ms of it once: {record.once_what})"
+    if record.outcome in (Outcome.REKEYED, Outcome.FAILED):
+        detail += f" · {record.note}"
+    return detail

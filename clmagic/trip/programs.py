@@ -59,8 +59,9 @@ class _Request:
     def finish(self, outcome: Outcome, built: driver.Built, note: str = "") -> ProgramBuild:
         """The result, one record per device (each with ``outcome`` and ``note``) kept and
         counted: a trip that saves nothing."""
+        keep = self.state.history.keep_source  # the hook shows no source: the history may
         recs = [self.state.record(info, prep, self.t0, outcome, built, note=note,
-                                  origin=self.origin)
+                                  origin=self.origin, with_source=keep)
                 for info, prep in zip(self.infos, self.preps)]
         self.state.keep_records(recs)
         for rec in recs:

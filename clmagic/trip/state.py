@@ -154,12 +154,13 @@ class TripState:
         """A save is done (the store's folder exists): write the manifest's waiting lines."""
         self._manifest.write_waiting()
 
-    def forget_prepared(self) -> None:
+    def forget_prepared(self, manifest: bool = True) -> None:
         """Prepare every source again, as a new process would (for measurements): the
-        manifest is read again from its file."""
+        manifest is read again from its file (``manifest=False``: as already read, once)."""
         with self._lock:
             self._prepared.clear()
-            self._manifest.forget()
+            if manifest:
+                self._manifest.forget()
 
     def recall(self, memo: Memo, context: cl.Context) -> driver.Built | None:
         """The program kept in memory for ``memo`` in ``context`` (now the most recently used),
@@ -304,18 +305,19 @@ class TripState:
     def record(info: DeviceInfo, prep: Prepared, t0: float, outcome: Outcome, built: driver.Built,
                *, saved: bool = False, note: str = "", origin: str = "cell",
                log: str | None = None, code_key: str | None = None, line_offset: int = 0,
-               setup_ms: float = 0.0) -> Record:
-        """The trip's record for one device (the history takes it in :meth:`keep_records`)."""
+               setup_ms: float = 0.0, with_source: bool = True) -> Record:
+        """The trip's record for one device (kept by :meth:`keep_records`); without the
+        source where ``with_source`` is false (the history keeps none below level ``full``)."""
         return Record(
             time=time.time(), outcome=outcome, kernels=list(built.names),
             ms=(time.perf_counter() - t0) * 1000, build_ms=built.build_ms, device=info,
-            key=prep.key, options=prep.opts.effective, preview=prep.preview, source=prep.source,
-            source_bytes=len(prep.src), headers=prep.headers,
-            build_log=built.log if log is None else log, line_offset=line_offset,
-            saved_to_store=saved, note=note, origin=origin, code_key=code_key or "",
-            rekeyed_from=built.log_from, setup_ms=setup_ms, facts=built.facts,
-            once_ms=0.0 if outcome is Outcome.MEMORY else built.once_ms,  # not from memory
-            once_what="" if outcome is Outcome.MEMORY else built.once_what)
+            key=prep.key, options=prep.opts.effective, preview=prep.preview,
+            source=prep.source if with_source else None, source_bytes=prep.size,
+            headers=prep.headers, build_log=built.log if log is None else log,
+            line_offset=line_offset, saved_to_store=saved, note=note, origin=origin,
+            code_key=code_key or "", rekeyed_from=built.log_from, setup_ms=setup_ms,
+            facts=built.facts, once_ms=0.0 if outcome is Outcome.MEMORY else built.once_ms,
+            once_what="" if outcome is Outcome.MEMORY else built.once_what)  # not from memory
 
     def keep_records(self, recs: Sequence[Record]) -> list[Record | None]:
         """Add the records to the history; each as the history keeps it (``None`` when it keeps
@@ -357,7 +359,7 @@ class TripState:
             Record(time=time.time(), outcome=Outcome.FAILED, kernels=kernels_in(prep.source),
                    ms=(time.perf_counter() - t0) * 1000, build_ms=0.0, device=info,
                    key=prep.key, options=prep.opts.effective, preview=prep.preview,
-                   source=prep.source, source_bytes=len(prep.src), headers=prep.headers,
+                   source=prep.source, source_bytes=prep.size, headers=prep.headers,
                    build_log=exc.log, note=exc.first_error, origin=origin)
             for info in infos])
         self.changed()

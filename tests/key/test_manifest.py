@@ -4,6 +4,7 @@ preparation would not compute; a damaged, hostile or stale manifest is a prepara
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import pyopencl as cl
@@ -76,6 +77,22 @@ def test_a_source_that_includes_nothing_is_whole_from_the_manifest(project, sett
     assert prep.source != PLAIN  # normalised as a full preparation normalises it
     r = c.build(PLAIN.encode(), "")  # bytes are other arguments: prepared, the same key
     assert r.outcome == Outcome.HIT and r.record.key == prep.key and kernel_value(r) == 5
+
+
+@pytest.mark.parametrize("source", [PLAIN, PLAIN.encode(), MAIN])
+def test_a_preparation_from_the_manifest_is_what_a_full_one_makes(project, settings, source):
+    """Every field a record or a build reads (the text the compiler reads, its bytes, its size,
+    preview, headers, key), whether the text is made when asked or at once."""
+    options = "-Iinc" if source is MAIN else ""
+    built_once(settings, source, options)
+    c = new_process(settings)
+    info = c.resolve()[0]
+    prep = c.state.prepare(source, options, info)
+    full = complete(dataclasses.replace(prep, partial=(source, options)), info)
+    assert prep is not full and full.partial is None
+    for name in ("source", "src", "size", "preview", "headers", "key"):
+        assert getattr(prep, name) == getattr(full, name), name
+    assert prep.size == len(prep.src) and prep.src == prep.source.encode()
 
 
 @pytest.mark.parametrize("edit", ["same size and mtime", "a header earlier in the search",

@@ -16,6 +16,7 @@ from conftest import ROOT, SAXPY, child_env, last_json, run_child
 import clmagic
 from clmagic.process import hook
 from clmagic.cache.manage import entry_origin
+from clmagic.key.source import normalise_source
 from clmagic.outcome import Outcome
 
 WORKLOAD = ROOT / "benchmarks" / "hook_workload.py"
@@ -83,6 +84,29 @@ def test_a_hooked_program_is_pyopencls_program_miss_then_hit(which, request, set
         assert (rec.outcome, rec.origin, rec.kernels) == (expected, __name__, ["saxpy", "scale"])
         if which == "oclgrind":  # pyopencl's per-platform option reaches the driver and the key
             assert "-D PYOPENCL_USING_OCLGRIND" in rec.options
+
+
+@pytest.mark.parametrize("level", ["summary", "full"])
+def test_a_hooked_hits_record_keeps_the_source_at_level_full_only(pocl, cache_dir, level):
+    """A HIT through the hook makes no source text for its record unless the history keeps it;
+    its size and preview are the source's either way."""
+    settings = clmagic.Settings.from_env({"CLMAGIC_CACHE_DIR": str(cache_dir),
+                                          "CLMAGIC_RECORD": level})
+    ctx, _, _ = _context(pocl)
+    source = SAXPY.replace("\n", "  \r\n")  # trailing blanks and CRLF: normalised
+    for expected in (Outcome.MISS, Outcome.HIT):
+        compiler = clmagic.Compiler(settings)
+        hook.install(compiler)
+        try:
+            cl.Program(ctx, source).build()
+        finally:
+            hook.uninstall()
+        compiler.flush()
+        [rec] = compiler.history.records
+        assert rec.outcome == expected
+        normal = normalise_source(source)
+        assert rec.source == (normal if level == "full" else None)
+        assert rec.source_bytes == len(normal.encode()) and rec.preview in normal
 
 
 def test_binaries_and_existing_programs_pass_through(hooked, pocl):

@@ -96,10 +96,11 @@ def read_entry_meta(path: str) -> tuple[EntryMeta | None, int]:
 
 # -- the hit counter beside an entry -----------------------------------------------------------
 
-def usage_beside(entry_path: Path, created_size: int, kind: str) -> Usage:
+def usage_beside(entry_path: Path | str, created_size: int, kind: str) -> Usage:
     """Hits and last use from the ``.hits`` file beside an entry of ``created_size`` bytes."""
-    try:
-        use = os.stat(entry_path.with_suffix(HITS_SUFFIX), follow_symlinks=False)
+    name = os.fspath(entry_path)
+    try:  # (the entry's name ends in its suffix: the counter's replaces it)
+        use = os.stat(name[:name.rindex(".")] + HITS_SUFFIX, follow_symlinks=False)
     except OSError:
         use = None
     if use is None or not stat.S_ISREG(use.st_mode):  # missing, or a FIFO, a folder, ...

@@ -82,7 +82,7 @@ class DirectoryStore(Store):
         super().__init__()
         self.root = Path(root)
         self.trust = False
-        self._good: set[Path] = set()  # device folders checked (and repaired) in this process
+        self._good: set[str] = set()  # device folders checked (and repaired) in this process
         self._root = os.fspath(self.root)
         self._recent = Recent()  # entries read, while their files stay the ones read
 
@@ -142,7 +142,7 @@ class DirectoryStore(Store):
         self._disable_writes(why, f"cache {self.root} is read-only ({why}): hits are served, "
                                   "nothing is saved")
 
-    def _usage(self, entry_path: Path, created_size: int) -> Usage:
+    def _usage(self, entry_path: Path | str, created_size: int) -> Usage:
         """Hits and last use from the ``.hits`` file beside an entry of ``created_size`` bytes."""
         return usage_beside(entry_path, created_size, self.kind)
 
@@ -150,15 +150,17 @@ class DirectoryStore(Store):
 
     def get(self, fingerprint: str, key: str) -> Entry | None:
         self._check_name(fingerprint, key)
-        where = f"{self._root}{os.sep}{fingerprint}{os.sep}{key}{SUFFIX}"
-        path = Path(where)
+        folder = f"{self._root}{os.sep}{fingerprint}"
+        where = f"{folder}{os.sep}{key}{SUFFIX}"
         kept = self._recent.get((fingerprint, key), where)
         if kept is not None:  # its file unchanged: only its use counts are read again
             size = kept.usage.stored_bytes - kept.usage.hits  # the entry file's own size
-            return Entry(kept.meta, self._usage(path, size), kept.binary, kept.foreign)
+            return Entry(kept.meta, self._usage(where, size), kept.binary, kept.foreign)
+        path = Path(where)
         try:
-            self._check_folder(path.parent)
-            fd = open_regular(path)
+            if folder not in self._good:
+                self._check_folder(path.parent)
+            fd = open_regular(where)
         except PermissionError as exc:
             if "refused" not in str(exc.strerror):
                 raise CorruptEntry(f"cannot open {path.name}: {exc.strerror}") from None
@@ -184,7 +186,7 @@ class DirectoryStore(Store):
                     raise CorruptEntry(f"{path.name} is {st.st_size} bytes, over any entry's "
                                        "size")
                 entry = read_entry(fh, st.st_size, key, fingerprint,
-                                   self._usage(path, st.st_size))
+                                   self._usage(where, st.st_size))
         except OSError as exc:  # e.g. a directory where the file should be
             raise CorruptEntry(f"cannot read {path.name}: {exc.strerror}") from None
         except OtherFormat:
@@ -205,7 +207,8 @@ class DirectoryStore(Store):
         """A device folder is clmagic's own and private: one that others could write into is
         made 0700 again (once per process and folder), one owned by another user is refused
         (``PermissionError``). A missing folder is fine."""
-        if folder in self._good:
+        name = os.fspath(folder)
+        if name in self._good:
             return
         try:
             why = None if self.trust else repair_folder(folder)
@@ -213,7 +216,7 @@ class DirectoryStore(Store):
             return
         if why:
             raise PermissionError(errno.EACCES, f"device folder {folder} is refused: {why}")
-        self._good.add(folder)
+        self._good.add(name)
 
     def put_many(self, entries: Iterable[Entry]) -> int:
         return sum(self._put(e) for e in entries)
