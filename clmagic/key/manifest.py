@@ -60,8 +60,8 @@ class Remembered:
     probes: dict[str, Probe]
     cwd: str
     options: str  # what the include search was given as the driver's options
-    preview: str = ""  # the text's first line of code (:func:`~clmagic.key.source.preview`)
-    size: int = 0  # the text's length in UTF-8 bytes
+    preview: str  # the text's first line of code (:func:`~clmagic.key.source.preview`)
+    size: int  # the text's length in UTF-8 bytes
 
 
 _code: str | None = None

@@ -59,7 +59,7 @@ class _Request:
     def finish(self, outcome: Outcome, built: driver.Built, note: str = "") -> ProgramBuild:
         """The result, one record per device (each with ``outcome`` and ``note``) kept and
         counted: a trip that saves nothing."""
-        keep = self.state.history.keep_source  # the hook shows no source: the history may
+        keep = self.state.history.keep_source  # the hook shows none: only a full history
         recs = [self.state.record(info, prep, self.t0, outcome, built, note=note,
                                   origin=self.origin, with_source=keep)
                 for info, prep in zip(self.infos, self.preps)]
