@@ -16,8 +16,9 @@ counts too: that costs a cached build at most, never a stale one.
 same text again (:mod:`clmagic.opencl.readout`). That binary stands for the user's only where
 the build is a function of the text, the options and the device alone: clang and LLVM are
 deterministic, so two builds of one input make one binary; :func:`rebuilt_alike` says where the
-input is surely the same (no file named, so nothing to be edited between the two builds, which
-:func:`~clmagic.key.includes.headers_changed` could not see for the helper's; no clock, which
+input is surely the same (no file named, so nothing to be edited between the two builds; or
+every file read known to the key and re-checked by
+:func:`~clmagic.key.includes.headers_changed` once the helper's build is done; no clock, which
 the bypass above already keeps away from any save; no file name of the driver's: POCL compiles
 a temporary file whose name is new at every build, so ``__FILE__`` differs between two builds;
 no driver flags from the environment, which the helper may have read at another time). Else
@@ -34,7 +35,8 @@ from collections.abc import Collection, Iterable
 from typing import NamedTuple
 
 from clmagic._memo import remember
-from clmagic.key.includes import DRIVER_FLAG_VARS, Unkeyable, includes_of, option_inputs
+from clmagic.key.includes import (DRIVER_FLAG_VARS, Headers, Unkeyable, includes_of,
+                                  option_inputs)
 
 __all__ = ["CLOCK", "clock_reason", "rebuilt_alike", "spells", "pastes"]
 
@@ -161,7 +163,7 @@ def clock_reason(source: str, options: str, headers: Iterable[tuple[str, bytes]]
     return ""
 
 
-def rebuilt_alike(source: str, options: str) -> bool:
+def rebuilt_alike(source: str, options: str, headers: Headers | None = None) -> bool:
     """Whether another build of ``source`` with ``options``, in another process, surely makes
     the binary this process made: it names no file (none to be edited, created or removed in
     between: a name found nowhere, like ``__has_include("x.h")``, counts; include folders
@@ -169,14 +171,27 @@ def rebuilt_alike(source: str, options: str) -> bool:
     file name of the driver's, and no driver takes flags from the environment now (a helper
     started before they were set would build without them; one started while they were set
     builds with them, and a change since makes every build bypass the cache:
-    :func:`~clmagic.key.includes.driver_flags`)."""
+    :func:`~clmagic.key.includes.driver_flags`).
+
+    With ``headers`` (what the key's include search read: every file and every place it looked)
+    a source that names files qualifies too, where no file read is too new to be trusted and no
+    header names the clock or a file name either: the caller then checks, once the other build
+    is done, that the search finds the same (:func:`~clmagic.key.includes.headers_changed`), as
+    it checks after the user's own build."""
     if any(os.environ.get(name) for name in DRIVER_FLAG_VARS):
         return False
-    try:
-        # an include folder alone (pyopencl passes -I <pyopencl>/cl to every build) is searched
-        # only for a file named, and the source names none: only a forced include reads one
-        if includes_of(source) or option_inputs(options.split()).files:
+    texts = [source, options]
+    if headers is not None and not headers.static:
+        if headers.too_new or headers.found_with is None:
             return False
-    except Unkeyable:
-        return False
-    return not _uses([source, options], (*CLOCK, *FILE_NAMES))
+        texts += [data.decode("latin-1") for _, data in headers]
+    else:
+        try:
+            # an include folder alone (pyopencl passes -I <pyopencl>/cl to every build) is
+            # searched only for a file named, and the source names none: only a forced include
+            # reads one
+            if includes_of(source) or option_inputs(options.split()).files:
+                return False
+        except Unkeyable:
+            return False
+    return not _uses(texts, (*CLOCK, *FILE_NAMES))

@@ -6,9 +6,10 @@ background thread, makes the user's first kernel launch after a MISS wait for al
 (measured: 80 ms → 1–25 s for programs of 16–256 kernels). One helper process per user process
 (started at the first such save, ended when the user's process ends: it reads its jobs from a
 pipe) builds the same source with the same options for the same device and returns the binary;
-the user's process only waits for the pipe, without the GIL. A source that reads headers is not
-sent (the helper could read them changed); any failure returns ``None`` and the caller reads the
-binary in-process as before.
+the user's process only waits for the pipe, without the GIL. A source that reads headers is
+built in the user's working folder (``cwd``), and the caller checks afterwards that its headers
+are the ones its key covered (:mod:`clmagic.trip.save`); any failure returns ``None`` and the
+caller reads the binary in-process as before.
 
 A helper that does not answer is killed: it gets a bound set by the work (a few times the build
 it redoes, :mod:`clmagic.opencl.patience`), more only while it is seen working, and
@@ -61,10 +62,11 @@ def helper_pid() -> int | None:
 
 
 def read_out(fingerprint: str, source: str, options: str,
-             build_ms: float = 0.0) -> bytes | None:
+             build_ms: float = 0.0, cwd: str | None = None) -> bytes | None:
     """The binary of ``source`` built with ``options`` for the device ``fingerprint``, by the
-    helper process; ``None`` when it cannot say (the caller then reads it in-process).
-    ``build_ms``: what the build took here, which sets how long the helper gets."""
+    helper process, in the folder ``cwd`` (``None``: wherever it is); ``None`` when it cannot
+    say (the caller then reads it in-process). ``build_ms``: what the build took here, which
+    sets how long the helper gets."""
     global _helper, _failures
     with _lock:  # one job at a time: the saver thread is the only caller anyway
         if _failures >= MAX_FAILURES:
@@ -74,7 +76,7 @@ def read_out(fingerprint: str, source: str, options: str,
                 _helper = subprocess.Popen([sys.executable, "-m", "clmagic.opencl.readout"],
                                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                            stderr=subprocess.DEVNULL)
-            payload = json.dumps([fingerprint, source, options]).encode()
+            payload = json.dumps([fingerprint, source, options, cwd]).encode()
             answered, reply = _exchange(_helper, payload, bound_s(build_ms))
         except (OSError, ValueError):
             answered, reply = True, None
@@ -169,8 +171,10 @@ def _main() -> int:
         head = jobs.read(_LEN.size)
         if len(head) < _LEN.size:
             return 0  # the user's process has ended
-        fingerprint, source, options = json.loads(jobs.read(_LEN.unpack(head)[0]))
+        fingerprint, source, options, cwd = json.loads(jobs.read(_LEN.unpack(head)[0]))
         try:
+            if cwd is not None:
+                os.chdir(cwd)  # relative include folders are the user's
             _info, dev = devices.resolve_device(fingerprint)
             program = pyopencl_program.raw_from_source(cl.Context([dev]), source)
             with driver.quiet_driver():

@@ -201,7 +201,8 @@ class Compiler:
                                                  code_key=code_key))
 
         def save(rec: Record, kept: Record | None) -> Pending[Record]:
-            return saves.save_later(state, rec, kept, built.program, trip.dev, why)
+            return saves.save_later(state, rec, kept, built.program, trip.dev, why,
+                                    trip.prep.files)
 
         return state.finish(trip, outcome, built, note=f"{why} · saving" if why else "saving",
                             code_key=code_key, save=save)

@@ -153,7 +153,8 @@ def _from_source(req: _Request, found: list[Found], corrupt: bool) -> ProgramBui
     kept = state.keep_records(recs)
     for i, rec in enumerate(recs):
         if i in missing:  # counted by the save, once it ends
-            save_later(state, rec, kept[i], built.program, req.devs[i])
+            save_later(state, rec, kept[i], built.program, req.devs[i],
+                       files=req.preps[i].files)
         else:
             state.count(rec)
     state.changed()

@@ -8,6 +8,7 @@ import dataclasses
 import pyopencl as cl
 
 from clmagic.key.clock import rebuilt_alike
+from clmagic.key.includes import Headers, headers_changed
 from clmagic.opencl import driver, readout
 from clmagic._warn import warn_once
 from clmagic.trip.records import Record
@@ -19,17 +20,24 @@ __all__ = ["save", "save_later", "by_helper", "not_saved"]
 
 
 def save(state: TripState, rec: Record, program: cl.Program, dev: cl.Device,
-         binary: bytes | None = None, helper: bool = False) -> tuple[bool, str]:
+         binary: bytes | None = None, helper: bool = False,
+         files: Headers | None = None) -> tuple[bool, str]:
     """Store the entry of ``rec``, with ``binary`` (read out already) or the binary ``program``
     holds for ``dev``; returns (saved, note). ``helper``: a helper process reads it out
-    (:func:`by_helper`); one that fails leaves the readout to this thread (on a background
-    thread that is beside the user's calls, the rare case :func:`save_later` otherwise
-    avoids)."""
+    (:func:`by_helper`), in the folder the include search of ``files`` ran from, and nothing is
+    saved unless that search still finds what the key covered; a helper that fails leaves the
+    readout to this thread (on a background thread that is beside the user's calls, the rare
+    case :func:`save_later` otherwise avoids)."""
     store = state.store
     if store is None:
         return False, "cache off (memory only)"
     if binary is None and helper and rec.source:
-        binary = readout.read_out(rec.fingerprint, rec.source, rec.options, rec.build_ms)
+        found = files.found_with if files is not None and not files.static else None
+        cwd = found[2] if found is not None else None
+        binary = readout.read_out(rec.fingerprint, rec.source, rec.options, rec.build_ms, cwd)
+        changed = headers_changed(files) if binary is not None and files is not None else ""
+        if changed:  # the helper may have read other headers than the user's build
+            return False, f"not saved: {changed}"
     if binary is None:
         with driver_work():  # a fork waits for the readout (it holds the driver's locks)
             binary = driver.binary_of(program, dev)
@@ -37,16 +45,17 @@ def save(state: TripState, rec: Record, program: cl.Program, dev: cl.Device,
     return saved, "saved" if saved else not_saved(store)
 
 
-def by_helper(rec: Record) -> bool:
+def by_helper(rec: Record, files: Headers | None = None) -> bool:
     """Whether a helper process reads the binary of ``rec`` out: on a driver whose readout holds
-    the driver (POCL, :mod:`clmagic.opencl.readout`), for a source that reads no header, unless
-    the process is ending (nobody launches anything then, and a helper would only add its
-    start). The helper builds the text again, so only a build that is a function of text,
-    options and device goes there (:func:`clmagic.key.clock.rebuilt_alike`: no file named, no
-    clock, no ``__FILE__``)."""
-    return bool(rec.source and not rec.headers and not exiting()
+    the driver (POCL, :mod:`clmagic.opencl.readout`), unless the process is ending (nobody
+    launches anything then, and a helper would only add its start). The helper builds the text
+    again, so only a build that is a function of text, options and device, and of the headers
+    ``files`` holds (what the key's include search read), goes there
+    (:func:`clmagic.key.clock.rebuilt_alike`: no clock, no ``__FILE__``, no file named but
+    those, none too new to trust; :func:`save` checks them again after the helper's build)."""
+    return bool(rec.source and (not rec.headers or files is not None) and not exiting()
                 and readout.needs_helper(rec.device.platform_name)
-                and rebuilt_alike(rec.source, rec.options))  # the helper's binary is the user's
+                and rebuilt_alike(rec.source, rec.options, files))  # the helper's is the user's
 
 
 def not_saved(store: Store) -> str:
@@ -55,9 +64,10 @@ def not_saved(store: Store) -> str:
 
 
 def save_later(state: TripState, rec: Record, kept: Record | None, program: cl.Program,
-               dev: cl.Device, why: str = "") -> Pending[Record]:
+               dev: cl.Device, why: str = "", files: Headers | None = None) -> Pending[Record]:
     """Read out and save the binary of ``rec``'s build on the saver's thread; the history's
     record (``kept``) then says how it ended, and so does the returned :class:`Pending`.
+    ``files``: the headers the key covered (a full preparation's), which a helper may read.
 
     Where no helper process reads the binary out (:func:`by_helper`), this thread does, before
     the build returns: a readout on a background thread meets the user's own calls on the same
@@ -68,7 +78,7 @@ def save_later(state: TripState, rec: Record, kept: Record | None, program: cl.P
     The store's write stays on the saver's thread."""
     pending: Pending[Record] = Pending(rec, forked=lambda r: dataclasses.replace(
         r, saved_to_store=False, note=FORKED_NOTE))  # a forked child: the parent saves it
-    helper = state.store is not None and by_helper(rec)
+    helper = state.store is not None and by_helper(rec, files)
     binary, failed = None, None
     if state.store is not None and not helper:
         try:  # here: never beside the user's driver calls
@@ -81,7 +91,7 @@ def save_later(state: TripState, rec: Record, kept: Record | None, program: cl.P
         try:
             if failed is not None:
                 raise failed
-            saved, note = save(state, rec, program, dev, binary, helper)
+            saved, note = save(state, rec, program, dev, binary, helper, files)
             note = f"{why} · {note}" if why else note
         except Exception as exc:  # whatever went wrong, the build stands and nobody hangs
             note = f"not saved ({exc})"

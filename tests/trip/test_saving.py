@@ -146,7 +146,8 @@ def test_on_pocl_a_helper_process_reads_the_binary_out_so_the_first_launch_does_
     """Reading a POCL binary holds POCL's compiler lock while it generates every kernel: the
     background save asks a helper process for it (the same source, options, device), so the
     user's program is never read out; the entry saved is the same program (a HIT computes the
-    same values); a source that reads a header is read in-process, a helper that died is
+    same values); a source that reads a header just written is read in-process (one that reads
+    older headers goes there too: tests/trip/test_readout_headers.py), a helper that died is
     started again."""
     from clmagic.opencl import readout
 
@@ -159,9 +160,10 @@ def test_on_pocl_a_helper_process_reads_the_binary_out_so_the_first_launch_does_
     asked: list[str] = []
     inner = readout.read_out
 
-    def spy(fingerprint: str, source: str, options: str, build_ms: float = 0.0) -> bytes | None:
+    def spy(fingerprint: str, source: str, options: str, build_ms: float = 0.0,
+            cwd: str | None = None) -> bytes | None:
         asked.append(source)
-        return inner(fingerprint, source, options, build_ms)
+        return inner(fingerprint, source, options, build_ms, cwd)
 
     readout.read_out = spy
     try:
@@ -181,7 +183,8 @@ def test_on_pocl_a_helper_process_reads_the_binary_out_so_the_first_launch_does_
         assert got[7] == 7
         (tmp_path / "h.h").write_text("#define H 3\n")
         with_header = f'#include "{tmp_path}/h.h"\n' + SAXPY
-        assert compiler.build(with_header).saved and len(asked) == 1  # read in-process
+        assert compiler.build(with_header).saved and len(asked) == 1  # a header just written:
+        # too new to trust, so read in-process
         readout._helper.kill()  # a helper gone is started again for the next save: none lost
         readout._helper.wait()
         r = compiler.build(SAXPY + "// after the helper died\n")
