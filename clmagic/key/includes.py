@@ -367,18 +367,19 @@ def find_headers(
     return found
 
 
-def headers_changed(headers: Headers) -> str:
+def headers_changed(headers: Headers, during: str = "the build") -> str:
     """Why the files ``headers`` covered are not, now, what was read (a header edited,
-    created or removed while the driver built), or "" when they are the same."""
+    created or removed while the driver built, or ``during`` something else), or "" when they
+    are the same."""
     if headers.static or headers.found_with is None:
         return ""
     text, dirs, cwd, options = headers.found_with
     try:
         again = find_headers(text, dirs, cwd, options=options)
     except Unkeyable as exc:
-        return f"the included files changed during the build ({exc})"
+        return f"the included files changed during {during} ({exc})"
     if list(again) != list(headers) or again.stamps != headers.stamps:
         names = {n for n, _ in again} ^ {n for n, _ in headers} or {
             n for (n, d), (m, e) in zip(again, headers) if d != e} or {"a header"}
-        return f"{sorted(names)[0]} changed during the build"
+        return f"{sorted(names)[0]} changed during {during}"
     return ""

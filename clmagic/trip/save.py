@@ -35,7 +35,8 @@ def save(state: TripState, rec: Record, program: cl.Program, dev: cl.Device,
         found = files.found_with if files is not None and not files.static else None
         cwd = found[2] if found is not None else None
         binary = readout.read_out(rec.fingerprint, rec.source, rec.options, rec.build_ms, cwd)
-        changed = headers_changed(files) if binary is not None and files is not None else ""
+        changed = (headers_changed(files, "the binary's readout")
+                   if binary is not None and files is not None else "")
         if changed:  # the helper may have read other headers than the user's build
             return False, f"not saved: {changed}"
     if binary is None:
