@@ -9,8 +9,9 @@ benchmark). Two paths, each HIT alternating with the bare driver load of its sto
 Two sets of programs: pyopencl's generated kernels (benchmarks/corpus.py), and one 40 KB source
 that includes three headers (the issue's yardstick for clmagic's own work). Each HIT is made as
 in a new process: nothing in memory, every source prepared again (from the manifest, whose
-file a process reads once: that read is timed apart), every entry read from its file. First the totals (nothing wrapped), then the split: a timer around each step of the trip (the wrappers add about a µs
-each) and, with ``--cprofile``, cProfile over the HITs.
+file a process reads once: that read is timed apart), every entry read from its file. First
+the totals (nothing wrapped), then the split: a timer around each step of the trip (the
+wrappers add about a µs each) and, with ``--cprofile``, cProfile over the HITs.
 
     python benchmarks/profile_hit.py [--device pocl] [--repeats 20] [--cprofile] [--json F]
 

@@ -47,7 +47,7 @@ def private_folder(path: Path) -> None:
         os.chmod(folder, 0o700)  # the umask only removes bits; this says exactly what we mean
 
 
-def repair_folder(path: Path) -> str | None:
+def repair_folder(path: Path | str) -> str | None:
     """Make a folder of clmagic's own private again: one that others could write into (group or
     world write bit) is set to 0700 when this user owns it. Returns why it cannot be trusted
     (owned by another user), else ``None``."""

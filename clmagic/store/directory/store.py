@@ -158,8 +158,7 @@ class DirectoryStore(Store):
             return Entry(kept.meta, self._usage(where, size), kept.binary, kept.foreign)
         path = Path(where)
         try:
-            if folder not in self._good:
-                self._check_folder(path.parent)
+            self._check_folder(folder)
             fd = open_regular(where)
         except PermissionError as exc:
             if "refused" not in str(exc.strerror):
@@ -203,7 +202,7 @@ class DirectoryStore(Store):
             return 0
         return sweep_tmp(path.parent, names, path.name + TMP)
 
-    def _check_folder(self, folder: Path) -> None:
+    def _check_folder(self, folder: Path | str) -> None:
         """A device folder is clmagic's own and private: one that others could write into is
         made 0700 again (once per process and folder), one owned by another user is refused
         (``PermissionError``). A missing folder is fine."""
