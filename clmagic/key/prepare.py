@@ -149,18 +149,18 @@ def restored(source: str | bytes, options: Options, rem: Remembered | None,
     files = Headers()
     files.static, files.probes = rem.static, rem.probes
     text = source.decode("utf-8") if isinstance(source, bytes) else source
-    normal = rem.normalised
-    if normal and not rem.static:  # the search read the normal form: made now, once
-        text, normal = normalise_source(text), False
-    files.found_with = (text, (), rem.cwd, rem.options)  # the text the search read
+    # what unchanged() reads (the folder); the text is as given, not yet normal: these files
+    # hold probes alone, so complete() searches again wherever more is asked of them
+    files.found_with = (text, (), rem.cwd, rem.options)
     if not unchanged(files, cwd):
         return None
     try:
         flags = driver_flags()
     except Unkeyable:
         return None
-    return Prepared(text, normal, parse_options(options), rem.key, rem.names, rem.preview, "",
-                    rem.size, files, flags, None if rem.static else (source, options))
+    return Prepared(text, rem.normalised, parse_options(options), rem.key, rem.names,
+                    rem.preview, "", rem.size, files, flags,
+                    None if rem.static else (source, options))
 
 
 def _remembered(source: str | bytes, prepared: Prepared, cwd: str) -> Remembered:

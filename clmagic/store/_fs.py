@@ -10,8 +10,8 @@ import stat
 from pathlib import Path
 
 __all__ = ["hostile", "private_folder", "private_file", "refusal", "check_creatable",
-           "O_NOFOLLOW", "NotAFile", "TooLarge", "kind_of", "open_regular", "read_regular",
-           "check_regular", "repair_folder"]
+           "O_NOFOLLOW", "NotAFile", "TooLarge", "kind_of", "open_file", "open_regular",
+           "read_regular", "check_regular", "repair_folder"]
 
 #: ``os.O_NOFOLLOW`` where the platform has it
 O_NOFOLLOW: int = getattr(os, "O_NOFOLLOW", 0)
@@ -133,6 +133,19 @@ def open_regular(path: Path | str, flags: int = os.O_RDONLY, mode: int = 0o600,
     opens at once, or fails, instead of waiting for a peer), no symlink followed unless
     ``follow``, then ``fstat`` of what was opened. Returns the descriptor (in blocking mode);
     raises :class:`NotAFile` saying what was found, or the ``OSError`` of the open."""
+    fd, _ = open_file(path, flags, mode, follow)
+    try:
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def open_file(path: Path | str, flags: int = os.O_RDONLY, mode: int = 0o600,
+              follow: bool = False) -> tuple[int, os.stat_result]:
+    """:func:`open_regular` for a reader that needs no blocking mode (a regular file's reads
+    never wait, ``O_NONBLOCK`` or not): the descriptor and its ``fstat``, two system calls."""
     nofollow = 0 if follow else O_NOFOLLOW
     try:
         fd = os.open(path, flags | nofollow | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0), mode)
@@ -151,11 +164,10 @@ def open_regular(path: Path | str, flags: int = os.O_RDONLY, mode: int = 0o600,
             code = errno.EISDIR if stat.S_ISDIR(st.st_mode) else errno.EINVAL
             raise NotAFile(code, f"{Path(path).name} is {kind_of(st.st_mode)}, not a file",
                            str(path))
-        os.set_blocking(fd, True)
     except BaseException:
         os.close(fd)
         raise
-    return fd
+    return fd, st
 
 
 def read_regular(path: Path | str, limit: int, follow: bool = False

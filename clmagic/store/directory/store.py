@@ -46,6 +46,7 @@ from clmagic.store._fs import (
     NotAFile,
     check_creatable,
     hostile,
+    open_file,
     open_regular,
     private_folder,
     repair_folder,
@@ -156,19 +157,18 @@ class DirectoryStore(Store):
         if kept is not None:  # its file unchanged: only its use counts are read again
             size = kept.usage.stored_bytes - kept.usage.hits  # the entry file's own size
             return Entry(kept.meta, self._usage(where, size), kept.binary, kept.foreign)
-        path = Path(where)
         try:
             self._check_folder(folder)
-            fd = open_regular(where)
+            fd, st = open_file(where)
         except PermissionError as exc:
             if "refused" not in str(exc.strerror):
-                raise CorruptEntry(f"cannot open {path.name}: {exc.strerror}") from None
+                raise CorruptEntry(f"cannot open {key}{SUFFIX}: {exc.strerror}") from None
             warn_once(f"cache {exc.strerror}; its entries are not used")
             return None
         except NotAFile as exc:
             raise CorruptEntry(exc.strerror or "not a file") from None
         except FileNotFoundError:
-            swept = self._sweep(path)
+            swept = self._sweep(Path(where))
             if swept:
                 raise CorruptEntry(
                     f"{swept} leftover temp file(s) of an interrupted write removed"
@@ -177,19 +177,17 @@ class DirectoryStore(Store):
         except OSError as exc:
             if exc.errno == errno.ENOTDIR:
                 return None
-            raise CorruptEntry(f"cannot open {path.name}: {exc.strerror}") from None
+            raise CorruptEntry(f"cannot open {key}{SUFFIX}: {exc.strerror}") from None
         try:
-            with os.fdopen(fd, "rb", buffering=0) as fh:
-                st = os.fstat(fd)
-                if st.st_size > MAX_FILE:  # before allocating: a planted giant is not read
-                    raise CorruptEntry(f"{path.name} is {st.st_size} bytes, over any entry's "
-                                       "size")
-                entry = read_entry(fh, st.st_size, key, fingerprint,
-                                   self._usage(where, st.st_size))
+            if st.st_size > MAX_FILE:  # before allocating: a planted giant is not read
+                raise CorruptEntry(f"{key}{SUFFIX} is {st.st_size} bytes, over any entry's size")
+            entry = read_entry(fd, st.st_size, key, fingerprint, self._usage(where, st.st_size))
         except OSError as exc:  # e.g. a directory where the file should be
-            raise CorruptEntry(f"cannot read {path.name}: {exc.strerror}") from None
+            raise CorruptEntry(f"cannot read {key}{SUFFIX}: {exc.strerror}") from None
         except OtherFormat:
             return None  # an older clmagic's entry: a miss; the save replaces it, or it ages out
+        finally:
+            os.close(fd)
         entry = self._vet(entry)
         self._recent.keep((fingerprint, key), stamp_of(st), entry)
         return entry
