@@ -323,7 +323,11 @@ def test_the_sequences_build_through_the_cache(runs, tmp_path, pocl):
     import clmagic
 
     cache = tmp_path / "cache"
-    _run(pocl, cache, {})
+    results = _run(pocl, cache, {})
     entries = list(clmagic.Compiler(
         clmagic.Settings.from_env({"CLMAGIC_CACHE_DIR": str(cache)})).store.entries())
-    assert len(entries) >= 5  # the first builds' sources and options: 6, 5 where POCL aborts
+    # the first builds' sources and options: 6; a sequence whose child died (POCL 3.1 aborts in
+    # from_binaries, and under a loaded run at times in one more: _run allows two) may take
+    # the one first build only it makes with it
+    died = [name for name, got in results.items() if isinstance(got, str)]
+    assert len(entries) >= 6 - len(died), (died, [e.meta.options for e in entries])
