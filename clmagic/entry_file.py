@@ -86,14 +86,14 @@ def canonical_of(raw: bytes, meta: EntryMeta) -> bytes:
     a 180-kernel program's facts): the seal's members removed, the format version put after the
     fingerprint. Where the JSON was written otherwise these bytes differ from what the writer
     hashed, the digest does not match them, and the check encodes the metadata as before."""
-    for name in ("digest", "signature"):
-        value = getattr(meta, name)
+    # quoted without json.dumps (a value JSON escapes is not found, or its cut does not match)
+    for name, value in (("digest", meta.digest), ("signature", meta.signature)):
         if value:
-            member = f',"{name}":{json.dumps(value)}'.encode()
+            member = f',"{name}":"{value}"'.encode()
             at = raw.find(member)
             if at >= 0:
                 raw = raw[:at] + raw[at + len(member):]
-    after = f'"fingerprint":{json.dumps(meta.fingerprint)}'.encode()
+    after = f'"fingerprint":"{meta.fingerprint}"'.encode()
     at = raw.find(after) + len(after)
     return raw[:at] + b',"format":%d' % FORMAT_VERSION + raw[at:] if at >= len(after) else raw
 
