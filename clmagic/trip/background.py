@@ -59,6 +59,9 @@ _CHECK_S = 0.5
 FORKED_NOTE = "not saved by this process (forked while its parent saved it)"
 
 _SAVERS: weakref.WeakSet[Saver] = weakref.WeakSet()
+#: id of each saver with tagged jobs queued or running, and how many (changed under that
+#: saver's condition): a lookup with no save under way anywhere waits for nothing at once
+_TAGGED: dict[int, int] = {}
 #: saver jobs inside the driver now (:func:`driver_work`), and whether a fork waits for them
 _DRIVER = threading.Condition()
 _in_driver = 0
@@ -121,6 +124,7 @@ class Saver:
         self._cond = threading.Condition()
         self._jobs: deque[tuple[tuple[Hashable, ...], Callable[[], object]]] = deque()
         self._pending: dict[Hashable, int] = {}
+        _TAGGED.pop(id(self), None)
         self._busy = 0  # jobs queued or running
         self._awake = False  # run the queue now (a job that wakes was queued, or a flush)
         self._since = 0.0  # when the oldest job waiting was queued
@@ -140,6 +144,8 @@ class Saver:
             self._busy += 1
             for t in tags:
                 self._pending[t] = self._pending.get(t, 0) + 1
+            if tags:
+                _TAGGED[id(self)] = _TAGGED.get(id(self), 0) + 1
             self._ensure_worker()
             if wake:
                 self._awake = True
@@ -236,6 +242,12 @@ class Saver:
             self._busy -= 1
             if not self._jobs:
                 self._awake = False  # a wake (or flush) is spent with the queue
+            if tags:  # never empty in between while a job is left
+                left = _TAGGED.get(id(self), 1) - 1
+                if left:
+                    _TAGGED[id(self)] = left
+                else:
+                    _TAGGED.pop(id(self), None)
             for tag in tags:
                 left = self._pending[tag] - 1
                 if left:
@@ -288,6 +300,8 @@ def _record_hit(store: Store | None, fingerprint: str, key: str,
 def wait_everywhere(tag: Hashable) -> None:
     """Wait until no saver of this process has a job tagged ``tag`` (another compiler on the
     same store may be saving the entry about to be looked up)."""
+    if not _TAGGED:
+        return
     for saver in list(_SAVERS):
         saver.wait(tag)
 

@@ -20,7 +20,7 @@ from conftest import SAXPY, child_env, last_json, run_child
 import clmagic
 from clmagic.opencl import driver
 from clmagic.outcome import Outcome
-from clmagic.trip.background import Saver
+from clmagic.trip.background import Saver, wait_everywhere
 from clmagic.key.source import _cut_some_lines, _strip_every_line, normalise_source
 from clmagic.store import DirectoryStore
 
@@ -311,3 +311,23 @@ print(json.dumps(dict(outcome=r.outcome, kernels=sorted(r.kernels), saved=r.save
 ''', SRC=SAXPY, CLMAGIC_DEVICE=oclgrind, CLMAGIC_CACHE_DIR=str(tmp_path / "cache")))
     assert out["outcome"] == "MISS" and out["kernels"] == ["saxpy", "scale"]
     assert out["saved"] is False and "no binary today" in out["note"], out
+
+
+def test_a_lookup_waits_for_a_save_of_its_key_on_any_saver_and_for_nothing_else():
+    """wait_everywhere: a tagged job of another saver is waited for; untagged jobs (counters)
+    and other keys are not, and once every tagged job is done nothing is."""
+    first, other = Saver(), Saver()
+    gate, hold = threading.Event(), threading.Event()
+    seen: list[str] = []
+    other.submit(("fp", "k"), lambda: (gate.wait(5), seen.append("saved")))
+    threading.Timer(0.2, gate.set).start()
+    wait_everywhere(("fp", "k"))
+    assert seen == ["saved"]
+    first.submit(None, lambda: hold.wait(5))  # a counter that takes its time
+    first.submit(("fp", "k2"), lambda: seen.append("k2"))  # queued behind it
+    t = time.monotonic()
+    wait_everywhere(("fp", "k"))  # its save is done: at once
+    assert time.monotonic() - t < 0.1 and first.pending(("fp", "k2"))
+    hold.set()
+    wait_everywhere(("fp", "k2"))
+    assert seen == ["saved", "k2"] and first.busy == 0
