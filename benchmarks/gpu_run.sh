@@ -4,7 +4,7 @@
 # Mako), the silx/pyFAI corpus unpacked in .corpus/ (benchmarks/corpus.py extract_cl), results
 # in $OUT.
 #
-#   benchmarks/gpu_run.sh hook on off suite facts profile split  (steps in order; suite-on, suite-off: one side; MAX_REAL_ON/OFF,
+#   benchmarks/gpu_run.sh hook on off suite facts profile split ab  (steps in order; suite-on, suite-off: one side; MAX_REAL_ON/OFF,
 #   REPEATS_ON/OFF/HOOK/SUITE/PROFILE, TESTS_SUITE)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -59,6 +59,8 @@ for step in "$@"; do
              $PY benchmarks/profile_suite.py --device nvidia --release $release 2>&1 | cut -c1-300
            done > "$OUT/profile-suite-nvidia-h200.txt"
            unset CLMAGIC_CACHE_DIR ;;
-    *) echo "gpu_run.sh: unknown step $step (on, off, hook, suite, suite-on, suite-off, facts, profile, split)" >&2; exit 2 ;;
+    ab) $PY benchmarks/ab_hit.py --device nvidia --base "${AB_BASE:-.ab-base}" \
+           --pairs "${PAIRS_AB:-8}" --label nvidia-h200 --out "$OUT" ;;  # AB_BASE: git archive
+    *) echo "gpu_run.sh: unknown step $step (on, off, hook, suite, suite-on, suite-off, facts, profile, split, ab)" >&2; exit 2 ;;
   esac
 done
