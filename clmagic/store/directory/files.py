@@ -22,7 +22,7 @@ from clmagic.entry import MAX_BINARY, MAX_META, Entry, EntryMeta, OtherFormat, U
 from clmagic.entry_file import HEADER, read_meta
 from clmagic.errors import CorruptEntry
 from clmagic.store.lifetime import _alive
-from clmagic.store._fs import O_NOFOLLOW, open_regular
+from clmagic.store._fs import O_NOFOLLOW, open_file, open_regular
 from clmagic.store.base import valid_name
 
 __all__ = ["SUFFIX", "TMP", "STALE_TMP_S", "HITS_SUFFIX", "CODE_SUFFIX", "MAX_FILE", "temp_path",
@@ -77,8 +77,8 @@ def read_entry_meta(path: str) -> tuple[EntryMeta | None, int]:
     size; ``(None, 0)`` when it cannot be read, fails its checks or is of another format (not
     listed: an older clmagic's entry is no entry of this one, though eviction still counts and
     removes it, from the sizes alone)."""
-    try:
-        fd = open_regular(path)  # a FIFO or a folder is skipped (its lookup says what it is)
+    try:  # a FIFO or a folder is skipped (its lookup says what it is)
+        fd, st = open_file(path)
     except OSError:
         return None, 0
     try:
@@ -87,7 +87,7 @@ def read_entry_meta(path: str) -> tuple[EntryMeta | None, int]:
             need = HEADER.size + min(HEADER.unpack_from(buf)[2], MAX_META)
             if need > len(buf):
                 buf += os.pread(fd, need - len(buf), len(buf))
-        return read_meta(io.BytesIO(buf)), os.fstat(fd).st_size
+        return read_meta(io.BytesIO(buf)), st.st_size
     except (OSError, CorruptEntry, OtherFormat):
         return None, 0
     finally:
