@@ -23,6 +23,7 @@ class Program:
 
 def test_let_go_releases_later_on_the_savers_thread():
     saver = Saver()
+    saver.LAZY_S = 60.0  # no release before the flush, however long a loaded run stalls here
     releaser = Releaser(saver)
     Program.released_on.clear()
     progs = [Program(), Program()]
