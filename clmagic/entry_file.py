@@ -30,7 +30,6 @@ import json
 import os
 import struct
 import zlib
-from typing import IO
 
 from clmagic.entry import (FORMAT_VERSION, MAX_BINARY, MAX_META, Entry, EntryMeta, OtherFormat,
                            Usage, parse_json, verified)
@@ -120,18 +119,25 @@ def read_entry(fd: int, size: int, key: str | None = None, fingerprint: str | No
     the header with the metadata (most fit the first read), the binary into its own bytes
     (never copied: a HIT reads megabytes on some drivers), the trailer. Three system calls and
     no file object: a HIT's path."""
-    head = os.pread(fd, min(size, _FIRST), 0)
-    meta_len, meta_crc, bin_len = _parse_header(head[: HEADER.size])
+    meta_len, meta_crc, bin_len, raw = _read_head(fd)
     _check_size(size, meta_len, bin_len)
     start = HEADER.size + meta_len
-    raw = head[HEADER.size : start]
-    if len(raw) < meta_len:
-        raw += _pread_exactly(fd, meta_len - len(raw), HEADER.size + len(raw))
     binary = _pread_exactly(fd, bin_len, start)
     trailer = _pread_exactly(fd, _TRAILER + 1, start + bin_len)
     if len(raw) != meta_len or len(binary) != bin_len or len(trailer) != _TRAILER:
         raise CorruptEntry("the file changed size while it was read")
     return _assemble(raw, meta_crc, binary, trailer, key, fingerprint, usage)
+
+
+def _read_head(fd: int) -> tuple[int, int, int, bytes]:
+    """The header's fields (checked) and the metadata's bytes, fewer only at the end of the
+    file, by ``pread``: the header and most metadata in the first read."""
+    head = os.pread(fd, _FIRST, 0)
+    meta_len, meta_crc, bin_len = _parse_header(head[: HEADER.size])
+    raw = head[HEADER.size : HEADER.size + meta_len]
+    if len(raw) < meta_len:
+        raw += _pread_exactly(fd, meta_len - len(raw), HEADER.size + len(raw))
+    return meta_len, meta_crc, bin_len, raw
 
 
 def _pread_exactly(fd: int, n: int, at: int) -> bytes:
@@ -160,10 +166,10 @@ def _assemble(raw: bytes, crc: int, binary: bytes | memoryview, trailer: bytes,
     return verified(meta, binary, key, fingerprint, usage)
 
 
-def read_meta(fh: IO[bytes]) -> EntryMeta:
-    """Read only the header and metadata of an entry file (no binary): for fast listing."""
-    meta_len, meta_crc, _bin_len = _parse_header(fh.read(HEADER.size))
-    raw = fh.read(meta_len)
+def read_meta(fd: int) -> EntryMeta:
+    """Only the header and metadata of the entry file open at ``fd`` (no binary): for fast
+    listing."""
+    meta_len, meta_crc, _bin_len, raw = _read_head(fd)
     if len(raw) != meta_len:
         raise CorruptEntry("truncated metadata")
     return _parse_meta(raw, meta_crc)

@@ -140,12 +140,15 @@ def test_metadata_is_parsed_strictly(meta, message):
         decode(_entry_bytes(meta))
 
 
-def test_metadata_and_binary_sizes_are_bounded_before_reading():
-    import io
-
+def test_metadata_and_binary_sizes_are_bounded_before_reading(tmp_path):
     huge = HEADER.pack(MAGIC, FORMAT_VERSION, MAX_META + 1, 0, 0, 1)
-    with pytest.raises(CorruptEntry, match="over the"):
-        read_meta(io.BytesIO(huge))
+    (tmp_path / "huge").write_bytes(huge)
+    fd = os.open(tmp_path / "huge", os.O_RDONLY)
+    try:
+        with pytest.raises(CorruptEntry, match="over the"):
+            read_meta(fd)
+    finally:
+        os.close(fd)
     huge_bin = HEADER.pack(MAGIC, FORMAT_VERSION, 10, 0, 0, 1 << 40)
     with pytest.raises(CorruptEntry, match="binary of"):
         decode(huge_bin)

@@ -10,7 +10,6 @@ where the file is (a lost hit count or code index costs a count or a rekey, neve
 
 from __future__ import annotations
 
-import io
 import os
 import secrets
 import stat
@@ -82,12 +81,7 @@ def read_entry_meta(path: str) -> tuple[EntryMeta | None, int]:
     except OSError:
         return None, 0
     try:
-        buf = os.read(fd, 8192)
-        if len(buf) >= HEADER.size:
-            need = HEADER.size + min(HEADER.unpack_from(buf)[2], MAX_META)
-            if need > len(buf):
-                buf += os.pread(fd, need - len(buf), len(buf))
-        return read_meta(io.BytesIO(buf)), st.st_size
+        return read_meta(fd), st.st_size
     except (OSError, CorruptEntry, OtherFormat):
         return None, 0
     finally:
