@@ -18,23 +18,30 @@ from clmagic._version import __version__
 if TYPE_CHECKING:
     from IPython.core.interactiveshell import InteractiveShell
 
-    from clmagic.process.session import Using, get_compiler, reset, use
     from clmagic.cache.bundle import BundleReport, ImportReport, export_bundle, import_bundle
-    from clmagic.trip.compiler import BuildResult, Compiler
+    from clmagic.cache.manage import CacheInfo, Removed, cache_info, clear_cache, stats
     from clmagic.config import Settings
-    from clmagic.opencl.devices import DeviceInfo, list_devices, resolve_device
     from clmagic.entry import Entry, EntryMeta, Usage
     from clmagic.errors import BuildError, ClmagicError, CorruptEntry, DeviceError, OptionsError
-    from clmagic.show.frames import cache_frame, history_frame
-    from clmagic.cache.manage import CacheInfo, Removed, cache_info, clear_cache, stats
-    from clmagic.show.plot import plot_history
-    from clmagic.outcome import Outcome
-    from clmagic.trip.records import Stats
-    from clmagic.store import DirectoryStore, LayeredStore, RedisStore, SQLiteStore, Store, open_store
-    from clmagic.show.widget import CacheWidget
+    from clmagic.opencl.devices import DeviceInfo, list_devices, resolve_device
     from clmagic.opencl.facts import ArgFacts, KernelFacts
     from clmagic.opencl.timing import Timing, time_kernel
+    from clmagic.outcome import Outcome
+    from clmagic.process.session import Using, get_compiler, reset, use
+    from clmagic.show.frames import cache_frame, history_frame
+    from clmagic.show.plot import plot_history
     from clmagic.show.sweep import kernels_frame, plot_sweep, sweep
+    from clmagic.show.widget import CacheWidget
+    from clmagic.store import (
+        DirectoryStore,
+        LayeredStore,
+        RedisStore,
+        SQLiteStore,
+        Store,
+        open_store,
+    )
+    from clmagic.trip.compiler import BuildResult, Compiler
+    from clmagic.trip.records import Stats
 
 # The public names, each with the module that defines it: the one list (``__all__`` is drawn from
 # it, and ``tests/test_public.py`` checks the imports above, which are for the type checker only,
@@ -104,7 +111,6 @@ def install(compiler: Compiler | None = None) -> bool:
     clmagic's cache (``compiler``, else the process-wide one); see :mod:`clmagic.process.hook`.
     Returns ``False`` when it was already installed."""
     from clmagic.process.hook import install as _install
-
     from clmagic.process.session import get_compiler
 
     return _install(compiler if compiler is not None else get_compiler)

@@ -31,8 +31,17 @@ import os
 import struct
 import zlib
 
-from clmagic.entry import (FORMAT_VERSION, MAX_BINARY, MAX_META, Entry, EntryMeta, OtherFormat,
-                           Usage, parse_json, verified)
+from clmagic.entry import (
+    FORMAT_VERSION,
+    MAX_BINARY,
+    MAX_META,
+    Entry,
+    EntryMeta,
+    OtherFormat,
+    Usage,
+    parse_json,
+    verified,
+)
 from clmagic.errors import CorruptEntry
 
 __all__ = ["MAGIC", "HEADER", "encode", "decode", "read_entry", "read_meta", "canonical_of"]

@@ -31,8 +31,8 @@ from clmagic._secret import Secret
 from clmagic._version import __version__
 from clmagic.entry import FORMAT_VERSION, MAX_BINARY, MAX_META, Entry
 from clmagic.errors import ClmagicError, CorruptEntry
-from clmagic.store.base import Store, valid_name
 from clmagic.store._fs import open_regular
+from clmagic.store.base import Store, valid_name
 from clmagic.store.layered import LayeredStore
 from clmagic.store.sqlite.store import SCHEMA_VERSION, SQLiteStore
 

@@ -13,19 +13,19 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from clmagic.opencl import devices as _devices
-from clmagic.process.session import or_default
 from clmagic.config import parse_age, parse_size
 from clmagic.errors import ClmagicError, DeviceError, OptionsError
 from clmagic.key.includes import DRIVER_FLAG_VARS
+from clmagic.opencl import devices as _devices
+from clmagic.process.session import or_default
 from clmagic.store.lifetime import counters_for
 from clmagic.trip.records import DeviceUsage, Stats, from_origin, tally_of
 
 if TYPE_CHECKING:
-    from clmagic.trip.compiler import Compiler
-    from clmagic.opencl.devices import DeviceInfo
     from clmagic.entry import Entry, EntryMeta
+    from clmagic.opencl.devices import DeviceInfo
     from clmagic.store import Store
+    from clmagic.trip.compiler import Compiler
 
 __all__ = ["parse_age", "device_fingerprints", "select_entries", "remove_entries",
            "clear_cache", "Removed", "to_clear", "stats", "zero_stats", "lifetime_counts",

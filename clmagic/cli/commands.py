@@ -19,11 +19,11 @@ from typing import TYPE_CHECKING, Any
 
 from clmagic._format import count_of, fmt_bytes
 from clmagic._warn import held_warnings
+from clmagic.cli.table import terminal_width
 from clmagic.config import Settings, parse_age, parse_size
 from clmagic.errors import ClmagicError, OptionsError
-from clmagic.cli.table import terminal_width
-from clmagic.store._fs import kind_of
 from clmagic.show.views import text_of
+from clmagic.store._fs import kind_of
 
 if TYPE_CHECKING:
     from clmagic.trip.compiler import Compiler

@@ -51,8 +51,8 @@ def _demo_child(args: argparse.Namespace) -> int:
     import numpy as np
     import pyopencl as cl
 
-    from clmagic.trip.compiler import Compiler
     from clmagic.config import Settings
+    from clmagic.trip.compiler import Compiler
 
     settings = Settings.from_env({**os.environ, "CLMAGIC_CACHE_DIR": args.cache_dir})
     compiler = Compiler(settings)
@@ -109,8 +109,8 @@ def _demo_runs(args: argparse.Namespace, cache_dir: str) -> int:
 
 def _devices(args: argparse.Namespace) -> int:
     from clmagic.config import Settings
-    from clmagic.opencl.devices import default_device, list_devices
     from clmagic.errors import DeviceError
+    from clmagic.opencl.devices import default_device, list_devices
 
     try:
         default: str | None = default_device(Settings.from_env().device)[0].fingerprint
@@ -138,11 +138,11 @@ def _run(args: argparse.Namespace) -> int:
     cache; its exit status is the command's."""
     import runpy
 
-    # the process's compiler: the script's own clmagic calls see it
-    from clmagic.process.session import get_compiler
+    from clmagic.errors import ClmagicError
     from clmagic.process.hook import install
 
-    from clmagic.errors import ClmagicError
+    # the process's compiler: the script's own clmagic calls see it
+    from clmagic.process.session import get_compiler
 
     target = args.target
     problem = _module_problem(target) if args.module else _script_problem(target)

@@ -35,8 +35,7 @@ from collections.abc import Collection, Iterable
 from typing import NamedTuple
 
 from clmagic._memo import remember
-from clmagic.key.includes import (DRIVER_FLAG_VARS, Headers, Unkeyable, includes_of,
-                                  option_inputs)
+from clmagic.key.includes import DRIVER_FLAG_VARS, Headers, Unkeyable, includes_of, option_inputs
 
 __all__ = ["CLOCK", "clock_reason", "rebuilt_alike", "spells", "pastes"]
 

@@ -8,10 +8,10 @@ import hashlib
 from collections.abc import Iterable
 from typing import NamedTuple
 
-from clmagic.key.code import code_refusal
-from clmagic.opencl.devices import DeviceInfo
 from clmagic.entry import FORMAT_VERSION
+from clmagic.key.code import code_refusal
 from clmagic.key.options import BuildOptions
+from clmagic.opencl.devices import DeviceInfo
 
 __all__ = ["cache_key", "code_key", "code_key_of", "CodeKey"]
 

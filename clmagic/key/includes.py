@@ -41,8 +41,8 @@ from collections import OrderedDict, deque
 from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
-from clmagic.errors import ClmagicError
 from clmagic._memo import remember
+from clmagic.errors import ClmagicError
 from clmagic.key.stamps import DIR, Headers, identity
 from clmagic.store._fs import TooLarge, read_regular
 

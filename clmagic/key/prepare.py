@@ -23,15 +23,15 @@ from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from clmagic.opencl.devices import DeviceInfo
-from clmagic.key.includes import DRIVER_FLAG_VARS, Headers, Unkeyable, driver_flags, find_headers
-from clmagic.key.manifest import Manifest, Remembered, name_of
-from clmagic.key.stamps import unchanged
+from clmagic._memo import remember
 from clmagic.key.clock import clock_reason
 from clmagic.key.digest import cache_key
-from clmagic._memo import remember
+from clmagic.key.includes import DRIVER_FLAG_VARS, Headers, Unkeyable, driver_flags, find_headers
+from clmagic.key.manifest import Manifest, Remembered, name_of
 from clmagic.key.options import BuildOptions, parse_options
 from clmagic.key.source import check_source, normalise_source, preview
+from clmagic.key.stamps import unchanged
+from clmagic.opencl.devices import DeviceInfo
 
 __all__ = ["Options", "Prepared", "prepare", "complete"]
 

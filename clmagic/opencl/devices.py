@@ -11,9 +11,9 @@ from functools import lru_cache
 import pyopencl as cl
 
 from clmagic._fork import after_fork, disown
-from clmagic.opencl import driver
-from clmagic.errors import DeviceError
 from clmagic._format import device_label
+from clmagic.errors import DeviceError
+from clmagic.opencl import driver
 
 __all__ = [
     "DeviceInfo",

@@ -38,8 +38,8 @@ from typing import Any, cast
 import pyopencl as cl
 
 from clmagic._fork import after_fork
-from clmagic.opencl.facts import KernelFacts
 from clmagic.opencl import pyopencl_program
+from clmagic.opencl.facts import KernelFacts
 
 __all__ = ["Built", "BuildFailed", "from_source", "from_binaries", "binary_of", "build_log",
            "probe", "quiet_driver"]

@@ -34,10 +34,10 @@ from __future__ import annotations
 
 import functools
 import os
-from collections import OrderedDict
 import sys
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from types import FrameType
 from typing import Any
@@ -45,13 +45,13 @@ from typing import Any
 import pyopencl as cl
 from pyopencl.characterize import has_src_build_cache
 
-from clmagic.trip.compiler import Compiler, ProgramBuild
 from clmagic._memo import remember
 from clmagic._warn import warn_once
 from clmagic.errors import ClmagicError
 from clmagic.key.options import exact_options
 from clmagic.opencl import pyopencl_program as internals
 from clmagic.outcome import Outcome
+from clmagic.trip.compiler import Compiler, ProgramBuild
 
 __all__ = ["install", "uninstall", "installed", "origin_of"]
 

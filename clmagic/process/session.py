@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from clmagic.trip.compiler import Compiler
     from clmagic.config import Settings
     from clmagic.store import Store
+    from clmagic.trip.compiler import Compiler
 
 __all__ = ["get_compiler", "reset", "or_default", "use", "Using", "WATCHED"]
 

@@ -12,15 +12,22 @@ import html
 import time
 from typing import TYPE_CHECKING
 
-from clmagic._format import (count_of, fmt_bytes, fmt_duration, fmt_ms, middle_cut, short_key,
-                             short_paths)
+from clmagic._format import (
+    count_of,
+    fmt_bytes,
+    fmt_duration,
+    fmt_ms,
+    middle_cut,
+    short_key,
+    short_paths,
+)
 
 if TYPE_CHECKING:
     from clmagic.cache.bundle import BundleReport, ImportReport
-    from clmagic.opencl.devices import DeviceInfo
-    from clmagic.entry import Entry
     from clmagic.cache.manage import CacheInfo, Removed
     from clmagic.cache.warm import WarmReport
+    from clmagic.entry import Entry
+    from clmagic.opencl.devices import DeviceInfo
     from clmagic.trip.records import Stats
 
 __all__ = ["LABELS", "stats_rows", "stats_text", "stats_html", "removed_text", "removed_html",

@@ -14,19 +14,28 @@ import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from clmagic._format import (
+    count_of,
+    device_label,
+    end_cut,
+    fmt_bytes,
+    fmt_ms,
+    fmt_time,
+    middle_cut,
+    short_key,
+    short_paths,
+)
+from clmagic.cache.manage import device_fingerprints, entry_origin
 from clmagic.entry import META_FIELDS, Usage, sane_time
 from clmagic.process.session import or_default
-from clmagic.cache.manage import device_fingerprints, entry_origin
-from clmagic.trip.records import from_origin
-from clmagic._format import (count_of, device_label, end_cut, fmt_bytes, fmt_ms, fmt_time,
-                             middle_cut, short_key, short_paths)
 from clmagic.show.line import Cell, table_html
+from clmagic.trip.records import from_origin
 
 if TYPE_CHECKING:
     import pandas as pd
 
-    from clmagic.trip.compiler import Compiler
     from clmagic.store import Store
+    from clmagic.trip.compiler import Compiler
 
 __all__ = ["cache_frame", "history_frame", "readable", "ms_or_blank", "CACHE_COLUMNS",
            "HISTORY_COLUMNS"]

@@ -5,9 +5,9 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-from clmagic.process.session import or_default
-from clmagic.outcome import Outcome
 from clmagic._format import count_of, fmt_duration
+from clmagic.outcome import Outcome
+from clmagic.process.session import or_default
 from clmagic.show.line import COLOURS
 
 if TYPE_CHECKING:

@@ -12,10 +12,10 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
+from clmagic._format import count_of, end_cut, fmt_bytes
 from clmagic.cache.sweep import SweepRun, sweep_run
 from clmagic.opencl.facts import FACT_FIELDS, KernelFacts, facts_from_json
 from clmagic.process.session import or_default
-from clmagic._format import count_of, end_cut, fmt_bytes
 from clmagic.show.frames import ms_or_blank, readable
 from clmagic.show.line import Cell, table_html
 

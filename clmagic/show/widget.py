@@ -15,21 +15,26 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import ipywidgets as w
 
-from clmagic.opencl import devices as _devices
-from clmagic.process.session import or_default
-from clmagic.errors import DeviceError
-from clmagic.cache.manage import clear_cache, entry_origin, lifetime_counts, remove_entries
-from clmagic.trip.records import Stats, from_origin, tally_of
 from clmagic._format import count_of, short_key
-from clmagic.show.cache import (ENTRY_HEAD, device_option, entry_line, entry_options,
-                                panel_status_html)
-from clmagic.show.views import text_of
-from clmagic.show.facts import facts_line
+from clmagic.cache.manage import clear_cache, entry_origin, lifetime_counts, remove_entries
+from clmagic.errors import DeviceError
+from clmagic.opencl import devices as _devices
 from clmagic.opencl.facts import facts_from_json
+from clmagic.process.session import or_default
+from clmagic.show.cache import (
+    ENTRY_HEAD,
+    device_option,
+    entry_line,
+    entry_options,
+    panel_status_html,
+)
+from clmagic.show.facts import facts_line
+from clmagic.show.views import text_of
+from clmagic.trip.records import Stats, from_origin, tally_of
 
 if TYPE_CHECKING:
-    from clmagic.trip.compiler import Compiler
     from clmagic.entry import Entry
+    from clmagic.trip.compiler import Compiler
 
 __all__ = ["CacheWidget"]
 

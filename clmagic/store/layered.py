@@ -14,8 +14,8 @@ from pathlib import Path
 from clmagic._warn import warn_once
 from clmagic.entry import Entry
 from clmagic.errors import CorruptEntry
-from clmagic.store.lifetime import Counters
 from clmagic.store.base import Store, Use
+from clmagic.store.lifetime import Counters
 
 __all__ = ["LayeredStore"]
 

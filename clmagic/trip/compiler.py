@@ -32,7 +32,8 @@ from clmagic.opencl.devices import DeviceInfo
 from clmagic.outcome import Outcome
 from clmagic.store import Store, store_for
 from clmagic.store.lifetime import Counters
-from clmagic.trip import programs, rekey, save as saves
+from clmagic.trip import programs, rekey
+from clmagic.trip import save as saves
 from clmagic.trip.background import Pending, flush_all
 from clmagic.trip.history import History
 from clmagic.trip.missed import why_missed

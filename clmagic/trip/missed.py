@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from clmagic.entry import Entry
-    from clmagic.trip.records import Record
     from clmagic.store import Store
+    from clmagic.trip.records import Record
 
 __all__ = ["why_missed"]
 

@@ -12,8 +12,8 @@ from clmagic.key.options import BuildOptions
 from clmagic.opencl.code import CodeView, code_of
 from clmagic.opencl.facts import KernelFacts, gather
 from clmagic.outcome import Outcome
-from clmagic.trip.records import Record
 from clmagic.trip.background import Pending
+from clmagic.trip.records import Record
 
 __all__ = ["BuildResult", "ProgramBuild"]
 

@@ -7,13 +7,13 @@ import dataclasses
 
 import pyopencl as cl
 
+from clmagic._warn import warn_once
 from clmagic.key.clock import rebuilt_alike
 from clmagic.key.includes import Headers, headers_changed
 from clmagic.opencl import driver, readout
-from clmagic._warn import warn_once
-from clmagic.trip.records import Record
 from clmagic.store import Store
 from clmagic.trip.background import FORKED_NOTE, Pending, driver_work, exiting
+from clmagic.trip.records import Record
 from clmagic.trip.state import TripState
 
 __all__ = ["save", "save_later", "by_helper", "not_saved"]

@@ -28,16 +28,16 @@ from clmagic.config import Settings
 from clmagic.entry import Entry
 from clmagic.errors import BuildError, ClmagicError, CorruptEntry
 from clmagic.key.includes import strip_comments
-from clmagic.key.options import BuildOptions
 from clmagic.key.manifest import Manifest
+from clmagic.key.options import BuildOptions
 from clmagic.key.prepare import Options, Prepared, prepare
 from clmagic.opencl import driver, stored_facts, vet
 from clmagic.opencl.devices import DeviceInfo
 from clmagic.opencl.facts import gather
+from clmagic.outcome import Outcome
 from clmagic.store import Store
 from clmagic.store.lifetime import Counters
 from clmagic.trip.background import HitCounter, Pending, Saver, wait_everywhere
-from clmagic.outcome import Outcome
 from clmagic.trip.history import History
 from clmagic.trip.records import Record, kernels_in
 from clmagic.trip.release import Releaser

@@ -20,9 +20,9 @@ from pathlib import Path
 from clmagic.entry import MAX_BINARY, MAX_META, Entry, EntryMeta, OtherFormat, Usage
 from clmagic.entry_file import HEADER, read_meta
 from clmagic.errors import CorruptEntry
-from clmagic.store.lifetime import _alive
 from clmagic.store._fs import O_NOFOLLOW, open_file, open_regular
 from clmagic.store.base import valid_name
+from clmagic.store.lifetime import _alive
 
 __all__ = ["SUFFIX", "TMP", "STALE_TMP_S", "HITS_SUFFIX", "CODE_SUFFIX", "MAX_FILE", "temp_path",
            "sweep_tmp", "read_entry_meta", "usage_beside", "drop_hits", "write_code_index",

@@ -40,7 +40,6 @@ from clmagic._warn import warn_once
 from clmagic.entry import Entry, OtherFormat, Usage
 from clmagic.entry_file import encode, read_entry
 from clmagic.errors import CorruptEntry
-from clmagic.store.directory import scan as directory_scan
 from clmagic.store._fs import (
     O_NOFOLLOW,
     NotAFile,
@@ -52,7 +51,7 @@ from clmagic.store._fs import (
     repair_folder,
 )
 from clmagic.store.base import Store, Use, valid_name
-from clmagic.store.recent import Recent, stamp_of
+from clmagic.store.directory import scan as directory_scan
 from clmagic.store.directory.files import (
     CODE_SUFFIX,
     HITS_SUFFIX,
@@ -68,6 +67,7 @@ from clmagic.store.directory.files import (
     usage_beside,
     write_code_index,
 )
+from clmagic.store.recent import Recent, stamp_of
 
 __all__ = ["DirectoryStore"]
 

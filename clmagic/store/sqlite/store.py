@@ -25,8 +25,8 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from clmagic.config import SQLITE_SUFFIXES as SUFFIXES
 from clmagic._warn import warn_once
+from clmagic.config import SQLITE_SUFFIXES as SUFFIXES
 from clmagic.entry import FORMAT_VERSION, Entry, verified
 from clmagic.errors import CorruptEntry
 from clmagic.store._fs import private_file, private_folder, refusal
