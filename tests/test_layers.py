@@ -30,6 +30,9 @@ LAYERS: list[tuple[str, ...]] = [
     ("store",),  # where entries persist
     ("ground",),  # the modules below, imported by any layer
 ]
+#: the modules beside ``__init__`` on the top floor: the ``python -m`` entry, and thin public
+#: fronts that re-export a layer's API under a name of their own (``clmagic.kernel_tuner``)
+ROOT_MODULES = ("__main__", "kernel_tuner")
 #: the ground floor: single modules beside the folders, each importing only others of these
 GROUND = ("entry", "entry_file", "config", "errors", "outcome", "_format", "_warn", "_memo",
           "_version", "_secret", "_fork")
@@ -111,7 +114,7 @@ def folder_of(module: str) -> str:
     """The folder (layer unit) of a module: ``clmagic.store.sqlite.file`` → ``store``,
     ``clmagic.errors`` → ``ground``, ``clmagic`` and ``clmagic.__main__`` → ``root``."""
     parts = module.split(".")
-    if len(parts) == 1 or parts[1] == "__main__":
+    if len(parts) == 1 or parts[1] in ROOT_MODULES:
         return "root"
     if len(parts) == 2 and parts[1] in GROUND:
         return "ground"
