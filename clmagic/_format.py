@@ -39,11 +39,25 @@ def count_of(n: int, word: str) -> str:
     return f"{n} {word[:-1]}ies" if word.endswith("y") else f"{n} {word}s"
 
 
-def device_label(platform_name: str, device_name: str) -> str:
-    """A device's one short name everywhere: ``POCL pthread-AMD EPYC``, ``Oclgrind Simulator``,
-    ``NVIDIA H200`` (the platform only where the device name does not already say it)."""
-    plat = "POCL" if "portable computing language" in platform_name.lower() else platform_name
-    return device_name if plat.lower() in device_name.lower() else f"{plat} {device_name}"
+#: what tells no device apart in a name: trademark signs, a trailing "Processor" or "CPU"
+_NAME_NOISE = re.compile(r"\s*\((?:R|TM|C)\)|\s+(?:Processor|CPU)$", re.IGNORECASE)
+_VERSION = re.compile(r"\d+(?:\.\d+)?")
+
+
+def device_label(platform_name: str, device_name: str, driver_version: str = "") -> str:
+    """A device's one short name everywhere (the result line, every table, the panel's device
+    list, the command line, the history): ``POCL 3.1 pthread-skylake-avx512-Intel Xeon``,
+    ``Oclgrind Simulator``, ``NVIDIA H200``. The platform only where the device name does not
+    already say it; POCL's version (from ``driver_version``) because two POCLs often sit on one
+    machine, a distribution's and the pip wheel's, and name their CPU alike; trademark signs
+    and a trailing "Processor" left out (they tell no device apart)."""
+    device = " ".join(_NAME_NOISE.sub("", device_name).split()) or device_name
+    if "portable computing language" in platform_name.lower():
+        version = _VERSION.match(driver_version.strip())
+        return f"POCL {version.group()} {device}" if version else f"POCL {device}"
+    plat = " ".join(_NAME_NOISE.sub("", platform_name).split())
+    first = plat.split()[0].lower() if plat.split() else ""
+    return device if not plat or first in device.lower() else f"{plat} {device}"
 
 
 def fmt_bytes(n: int) -> str:

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from clmagic._format import device_label
 from clmagic._secret import Secret
 from clmagic._version import __version__
 from clmagic.entry import FORMAT_VERSION, MAX_BINARY, MAX_META, Entry
@@ -277,7 +278,7 @@ def _import_rows(source: SQLiteStore, rows: list[tuple[Any, ...]], target: Store
             continue
         if fp not in here:
             missing[fp] += 1
-            names[fp] = f"{entry.meta.device} · {entry.meta.platform}"
+            names[fp] = device_label(entry.meta.platform, entry.meta.device, entry.meta.driver)
         batch.append(entry)
         if len(batch) >= _BATCH:
             _flush(target, batch, report)

@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from clmagic._format import device_label
 from clmagic.config import parse_age, parse_size
 from clmagic.errors import ClmagicError, DeviceError, OptionsError
 from clmagic.key.includes import DRIVER_FLAG_VARS
@@ -38,8 +39,10 @@ _HEX = re.compile(r"^[0-9a-f]{1,64}$")
 
 
 def entry_label(meta: EntryMeta) -> str:
-    """``platform · device`` of a stored entry."""
-    return f"{meta.platform} · {meta.device}"
+    """The short name of a stored entry's device: the one :attr:`DeviceInfo.label` gives the
+    device itself (:func:`clmagic._format.device_label`), so a device reads alike whether it is
+    on this machine or only in the store."""
+    return device_label(meta.platform, meta.device, meta.driver)
 
 
 def device_fingerprints(spec: object, entries: Iterable[Entry] = ()) -> set[str]:
@@ -47,7 +50,8 @@ def device_fingerprints(spec: object, entries: Iterable[Entry] = ()) -> set[str]
 
     A device of this machine (``P:D`` index, name substring, fingerprint, :class:`DeviceInfo`)
     names its own fingerprint. For entries of devices this machine lacks, a fingerprint prefix or
-    a substring of the stored ``platform · device`` matches too. Nothing matched: DeviceError.
+    a substring of the stored platform, device or their label matches too. Nothing matched:
+    DeviceError.
     """
     try:
         return {_devices.resolve_device(spec)[0].fingerprint}
@@ -56,7 +60,8 @@ def device_fingerprints(spec: object, entries: Iterable[Entry] = ()) -> set[str]
         found = {
             e.fingerprint for e in entries
             if needle and (e.fingerprint.startswith(needle)
-                           or needle in entry_label(e.meta).lower().replace(" · ", " "))
+                           or needle in f"{e.meta.platform} {e.meta.device} "
+                                        f"{entry_label(e.meta)}".lower())
         }
         if not found:
             raise exc from None

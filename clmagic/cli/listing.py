@@ -56,7 +56,7 @@ def _ls_cell(column: str, rec: Any) -> str:
     if column == "last_used":
         return "" if _blank(v) else f"{age(time.time() - v.timestamp())} ago"
     if column == "device":
-        return device_label(_text(rec["platform"]), _text(v))
+        return device_label(_text(rec["platform"]), _text(v), _text(rec["driver"]))
     if column == "options":
         return short_paths(_text(v))
     return _text(v)

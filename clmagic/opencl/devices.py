@@ -54,8 +54,9 @@ class DeviceInfo:
 
     @property
     def label(self) -> str:
-        """A short human name such as ``POCL pthread-AMD EPYC`` (:func:`report.device_label`)."""
-        return device_label(self.platform_name, self.device_name)
+        """The device's one short name, such as ``POCL 3.1 pthread-skylake-AMD EPYC``
+        (:func:`clmagic._format.device_label`: the same name an entry of it gets)."""
+        return device_label(self.platform_name, self.device_name, self.driver_version)
 
     @property
     def problem(self) -> str | None:
@@ -196,7 +197,7 @@ def resolve_device(spec: object) -> tuple[DeviceInfo, cl.Device]:
 
 
 def _choices(inv: Iterable[tuple[DeviceInfo, cl.Device]]) -> str:
-    return "devices: " + ", ".join(f"{i.spec} {i.platform_name} · {i.device_name}" for i, _ in inv)
+    return "devices: " + ", ".join(f"{i.spec} {i.label}" for i, _ in inv)
 
 
 # -- one context and one queue per device -------------------------------------------------------

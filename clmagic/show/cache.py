@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import html
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from clmagic._format import (
     count_of,
+    device_label,
     fmt_bytes,
     fmt_duration,
     fmt_ms,
@@ -151,7 +152,7 @@ def info_html(i: CacheInfo) -> str:
 
 def device_option(info: DeviceInfo) -> str:
     """A device as the panel offers it; one that cannot build here says so, and why."""
-    text = f"{info.platform_name} · {info.device_name}"
+    text = info.label
     return text if info.usable else f"{text} · cannot build here: {info.problem}"
 
 
@@ -205,8 +206,14 @@ def panel_status_html(entries: list[Entry], s: Stats, where: str, total: int = 0
 
 # -- bundles ---------------------------------------------------------------------------------
 
+def _bundle_device(d: dict[str, Any]) -> str:
+    """A device of a bundle's manifest by its one short name (:func:`device_label`)."""
+    return device_label(str(d.get("platform", "")), str(d.get("device", "")),
+                        str(d.get("driver", "")))
+
+
 def export_text(r: BundleReport) -> str:
-    devs = ", ".join(f"{d['device']} ({d['entries']})" for d in r.devices) or "no devices"
+    devs = ", ".join(f"{_bundle_device(d)} ({d['entries']})" for d in r.devices) or "no devices"
     bad = f", {count_of(r.failed, 'damaged entry')} left out" if r.failed else ""
     return (f"exported {count_of(r.entries, 'entry')} ({fmt_bytes(r.bytes)}) to {r.path}: "
             f"{devs}{bad}")
@@ -214,8 +221,8 @@ def export_text(r: BundleReport) -> str:
 
 def export_html(r: BundleReport) -> str:
     rows = "".join(
-        f"<tr><td>{html.escape(d['device'])}</td><td><code>{d['fingerprint']}</code></td>"
-        f"<td>{d['entries']}</td></tr>" for d in r.devices)
+        f"<tr><td>{html.escape(_bundle_device(d))}</td><td><code>{d['fingerprint']}</code>"
+        f"</td><td>{d['entries']}</td></tr>" for d in r.devices)
     return (f"<div class='clmagic-bundle'><b>exported {count_of(r.entries, 'entry')}</b> "
             f"({fmt_bytes(r.bytes)}) to <code>{html.escape(r.path)}</code>"
             f"<table><tr><th>device</th><th>fingerprint</th><th>entries</th></tr>{rows}"

@@ -157,7 +157,8 @@ def frame_html(df: pd.DataFrame, kind: str) -> str:
         row: list[Cell] = []
         for col, _head, fmt in shown:
             if col == "device" and kind == "cache":
-                row.append(_device(device_label(_text(rec.get("platform")), _text(rec["device"]))))
+                row.append(_device(device_label(_text(rec.get("platform")), _text(rec["device"]),
+                                                _text(rec.get("driver")))))
             else:
                 row.append(fmt(rec[col]))
         rows.append(row)

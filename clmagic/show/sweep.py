@@ -205,7 +205,7 @@ def kernels_frame(device: object = None, compiler: Compiler | None = None) -> pd
     not say, or the entry was saved before clmagic kept facts)."""
     import pandas as pd
 
-    from clmagic.cache.manage import device_fingerprints
+    from clmagic.cache.manage import device_fingerprints, entry_label
 
     c = or_default(compiler)
     store = c.store
@@ -217,7 +217,7 @@ def kernels_frame(device: object = None, compiler: Compiler | None = None) -> pd
         facts = facts_from_json(entry.meta.kernel_facts) or {}
         for name in entry.meta.kernels:
             f = facts.get(name)
-            rows.append({"kernel": name, "key": entry.key, "device": entry.meta.device,
+            rows.append({"kernel": name, "key": entry.key, "device": entry_label(entry.meta),
                          "options": entry.meta.options,
                          **{k: (getattr(f, k) if f is not None else None) for k in FACT_FIELDS},
                          "args": (", ".join(a.name or "?" for a in f.args)

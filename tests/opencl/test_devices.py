@@ -133,7 +133,7 @@ import json, clmagic
 w = clmagic.CacheWidget(plot=False)
 labels = {spec: text for text, spec in w.device.options}
 start = w.device.value
-pocl = next(s for s, t in labels.items() if "Portable" in t)
+pocl = next(s for s, t in labels.items() if t.startswith("POCL "))
 w.device.value = pocl  # looked at: its entries are shown, but it cannot be the build device
 disabled = w.use_button.disabled
 w.use_button.click()
@@ -161,3 +161,49 @@ def test_a_spec_only_one_device_matches_is_used_without_a_probe(spec, monkeypatc
     info = clmagic.resolve_device(given)[0]
     assert info.spec == wanted
     assert devices._verdicts == {}  # the user's choice stands; no compile was needed
+
+
+# -- one short name per device ---------------------------------------------------------------
+
+def test_two_pocls_that_name_their_cpu_alike_get_two_short_names():
+    """Binder has Debian's POCL 3.1 and the wheel's POCL 3.0, both naming the CPU the same: the
+    short name carries POCL's version, and trademark signs do not lengthen it."""
+    from clmagic._format import device_label
+
+    cpu = "pthread-skylake-avx512-AMD EPYC 7763 64-Core Processor"
+    debian = device_label("Portable Computing Language", cpu, "3.1+debian")
+    wheel = device_label("Portable Computing Language", cpu, "3.0-rc2")
+    assert debian != wheel
+    assert debian == "POCL 3.1 pthread-skylake-avx512-AMD EPYC 7763 64-Core"
+    assert device_label("NVIDIA CUDA", "NVIDIA H200", "550.54") == "NVIDIA H200"
+    assert device_label("Oclgrind", "Oclgrind Simulator", "21.10") == "Oclgrind Simulator"
+    assert "(R)" not in device_label("Intel(R) OpenCL", "Intel(R) Xeon(R) Gold 6230", "")
+
+
+def test_a_device_has_the_same_short_name_in_every_view(tmp_path, pocl):
+    """The result line, the history, the stats' device table, the panel's device list, the
+    cache table and ``clmagic ls`` all call a device by :attr:`DeviceInfo.label`, whether the
+    name comes from the device or from a stored entry of it."""
+    from clmagic.cache.manage import entry_label, stats
+    from clmagic.config import Settings
+    from clmagic.show.cache import device_option
+    from clmagic.show.frames import cache_frame, frame_html, history_frame
+    from clmagic.show.views import text_of
+
+    labels = [i.label for i in clmagic.list_devices()]
+    assert len(set(labels)) == len(labels), labels  # this machine's two POCLs apart too
+    c = clmagic.Compiler(Settings.from_env({"CLMAGIC_CACHE_DIR": str(tmp_path)}))
+    r = c.build(SAXPY, None, pocl)
+    c.flush()
+    info = clmagic.resolve_device(pocl)[0]
+    label = info.label
+    assert r.device.label == label and label in text_of(r)
+    assert list(history_frame(compiler=c)["device"]) == [label]
+    (entry,) = c.store.entries()
+    assert entry_label(entry.meta) == label
+    assert [d.label for d in stats(c).devices] == [label]
+    assert device_option(info).startswith(label)
+    table = frame_html(cache_frame(compiler=c), "cache")
+    assert f">{label}<" in table or f'title="{label}"' in table  # whole, or cut with a tooltip
+    ls = _cli("ls", "--device", pocl, CLMAGIC_CACHE_DIR=str(tmp_path), COLUMNS="200")
+    assert ls.returncode == 0 and label in ls.stdout, ls.stdout + ls.stderr

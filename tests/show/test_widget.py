@@ -31,8 +31,7 @@ def test_widget_device_table_and_clears(compiler, built, pocl, oclgrind):
     labels = dict(w.device.options)
     assert set(labels.values()) == {d.spec for d in clmagic.list_devices()}
     assert w.device.value == pocl
-    assert {v: k for k, v in labels.items()}[pocl] == (
-        f"{built['saxpy'].device.platform_name} · {built['saxpy'].device.device_name}")
+    assert {v: k for k, v in labels.items()}[pocl] == built["saxpy"].device.label
     rows = dict((key, text) for text, key in w.rows)
     assert set(rows) == {built["saxpy"].key, built["twice"].key}
     for name, r in built.items():  # each row starts with the entry's short key
