@@ -19,6 +19,8 @@ if TYPE_CHECKING:
     from IPython.core.interactiveshell import InteractiveShell
 
     from clmagic.cache.bundle import BundleReport, ImportReport, export_bundle, import_bundle
+    from clmagic.cache.checker.findings import CheckReport, Finding
+    from clmagic.cache.checker.run import check_kernel
     from clmagic.cache.manage import CacheInfo, Removed, cache_info, clear_cache, stats
     from clmagic.config import Settings
     from clmagic.entry import Entry, EntryMeta, Usage
@@ -28,6 +30,7 @@ if TYPE_CHECKING:
     from clmagic.opencl.timing import Timing, time_kernel
     from clmagic.outcome import Outcome
     from clmagic.process.session import Using, get_compiler, reset, use
+    from clmagic.show.check import check_frame
     from clmagic.show.frames import cache_frame, history_frame
     from clmagic.show.plot import plot_history
     from clmagic.show.sweep import kernels_frame, plot_sweep, sweep
@@ -70,6 +73,9 @@ _LAZY = {
                     "cache.bundle"),
     **dict.fromkeys(("cache_info", "CacheInfo", "clear_cache", "Removed", "stats"),
                     "cache.manage"),
+    "check_kernel": "cache.checker.run",
+    **dict.fromkeys(("CheckReport", "Finding"), "cache.checker.findings"),
+    "check_frame": "show.check",
 }
 #: the functions defined here
 _HERE = ("build", "install", "uninstall", "load_ipython_extension", "unload_ipython_extension")

@@ -3,17 +3,19 @@
 
 from __future__ import annotations
 
+import ast
 import re
 from argparse import ArgumentParser, Namespace
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from IPython.core.error import UsageError
 
 from clmagic.errors import OptionsError
 from clmagic.ipython.typed import options_of, parse_argstring, parser_of
 
-__all__ = ["split_opts", "misspelt_option", "parse_line"]
+__all__ = ["split_opts", "misspelt_option", "parse_line", "launch_line", "launch_values"]
 
 _OPTS = re.compile(r"(?:^|\s)--opts(?:=|\s+|$)")
 #: lines already read, per magic (a re-run cell reads its line once); at most this many each
@@ -109,3 +111,28 @@ def _unquote(value: str) -> str:
     if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
         return value[1:-1]
     return value
+
+
+def launch_line(line: str, flags: Sequence[str], usage: str) -> tuple[str | None, ast.Call]:
+    """A launch magic's line (``%cltime``, ``%clcheck``): an optional flag of ``flags`` with its
+    value (returned as written, ``None`` when absent), then the launch written as the kernel
+    is called, ``KERNEL(QUEUE, GLOBAL_SIZE, LOCAL_SIZE, *ARGS)``; anything else is ``usage``."""
+    words = line.split()
+    value = None
+    if len(words) >= 2 and words[0] in flags:
+        value = words[1]
+        line = line.split(None, 2)[2] if len(words) > 2 else ""
+    try:
+        tree = ast.parse(line.strip(), mode="eval")
+    except SyntaxError:
+        raise OptionsError(usage) from None
+    if not isinstance(tree.body, ast.Call) or len(tree.body.args) < 3 or tree.body.keywords:
+        raise OptionsError(usage)
+    return value, tree.body
+
+
+def launch_values(call: ast.Call, ns: dict[str, Any], magic: str) -> list[Any]:
+    """The kernel, queue, sizes and arguments of a launch line, evaluated in the user's
+    namespace (what the user wrote runs as a cell would run it)."""
+    return [eval(compile(ast.Expression(n), f"<%{magic}>", "eval"), ns)  # noqa: S307
+            for n in (call.func, *call.args)]

@@ -254,6 +254,16 @@ class CLMagics(Magics):
 
         return cltime(self._namespace, line)
 
+    @line_magic
+    def clcheck(self, line: str) -> object:
+        """Check one kernel launch under Oclgrind (:func:`clmagic.check_kernel`): out-of-bounds
+        accesses, data races, uninitialised values, barrier divergence, each once with the
+        cell's line. ``%clcheck [--timeout S] KERNEL(QUEUE, GLOBAL_SIZE, LOCAL_SIZE, *ARGS)``.
+        """
+        from clmagic.ipython.check import clcheck
+
+        return clcheck(self._namespace, line, self.compiler)
+
     def _show(self, result: BuildResult) -> None:
         """The result line under the cell, as ``display(result)`` shows it: its text and HTML
         made once and published as they are, without asking each of IPython's formatters (a

@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from clmagic.errors import OptionsError
+from clmagic.ipython.line import launch_line, launch_values
 
 if TYPE_CHECKING:
     from clmagic.trip.compiler import BuildResult, Compiler
@@ -70,21 +71,11 @@ def show_code(result: BuildResult) -> None:
 
 
 def _call(line: str) -> tuple[int, ast.Call]:
-    words = line.split()
-    repeats = 20
-    if len(words) >= 2 and words[0] in ("-r", "--repeats"):
-        try:
-            repeats = int(words[1])
-        except ValueError:
-            raise OptionsError(CLTIME_USAGE) from None
-        line = line.split(None, 2)[2] if len(words) > 2 else ""
+    value, call = launch_line(line, ("-r", "--repeats"), CLTIME_USAGE)
     try:
-        tree = ast.parse(line.strip(), mode="eval")
-    except SyntaxError:
+        return (20 if value is None else int(value)), call
+    except ValueError:
         raise OptionsError(CLTIME_USAGE) from None
-    if not isinstance(tree.body, ast.Call) or len(tree.body.args) < 3 or tree.body.keywords:
-        raise OptionsError(CLTIME_USAGE)
-    return repeats, tree.body
 
 
 def cltime(ns: dict[str, Any], line: str) -> object:
@@ -93,7 +84,5 @@ def cltime(ns: dict[str, Any], line: str) -> object:
     from clmagic.opencl.timing import time_kernel
 
     repeats, call = _call(line)
-    values = [eval(compile(ast.Expression(n), "<%cltime>", "eval"), ns)  # noqa: S307
-              for n in (call.func, *call.args)]
-    kernel, queue, global_size, local_size, *args = values
+    kernel, queue, global_size, local_size, *args = launch_values(call, ns, "cltime")
     return time_kernel(kernel, queue, global_size, local_size, *args, repeats=repeats)

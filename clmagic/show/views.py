@@ -38,6 +38,7 @@ VIEWS: dict[tuple[str, str], tuple[str, str, str]] = {
     ("clmagic.cache.bundle", "ImportReport"): ("cache", "import_text", "import_html"),
     ("clmagic.cache.warm", "WarmReport"): ("cache", "warm_text", "warm_html"),
     ("clmagic.opencl.timing", "Timing"): ("facts", "timing_text", "timing_html"),
+    ("clmagic.cache.checker.findings", "CheckReport"): ("check", "check_text", "check_html"),
 }
 
 _FORMATS = ("text/plain", "text/html")

@@ -14,6 +14,7 @@ from clmagic.opencl.facts import KernelFacts, gather
 from clmagic.outcome import Outcome
 from clmagic.trip.background import Pending
 from clmagic.trip.records import Record
+from clmagic.trip.sources import remember
 
 __all__ = ["BuildResult", "ProgramBuild"]
 
@@ -32,6 +33,9 @@ class BuildResult:
     record: Record
     #: the save of a MISS, done in the background (``None``: nothing to save)
     pending: Pending[Record] | None = field(default=None, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        remember(self.program, self.record)  # its kernels' source, for a check of a launch
 
     outcome = property(lambda self: self.record.outcome, doc="How the trip ended (Outcome).")
     ms = property(lambda self: self.record.ms, doc="The trip's time in ms.")
