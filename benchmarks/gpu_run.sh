@@ -4,8 +4,8 @@
 # Mako), the silx/pyFAI corpus unpacked in .corpus/ (benchmarks/corpus.py extract_cl), results
 # in $OUT.
 #
-#   benchmarks/gpu_run.sh hook on off suite facts profile split ab  (steps in order; suite-on, suite-off: one side; MAX_REAL_ON/OFF,
-#   REPEATS_ON/OFF/HOOK/SUITE/PROFILE, TESTS_SUITE)
+#   benchmarks/gpu_run.sh hook on off suite facts profile split tune ab  (steps in order; suite-on, suite-off: one side; MAX_REAL_ON/OFF,
+#   REPEATS_ON/OFF/HOOK/SUITE/PROFILE/TUNE, TESTS_SUITE, WIDTH_TUNE, LABEL_TUNE)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # the OpenCL ICD loader pointed at NVIDIA's library (as ../shared/tools/nvidia-opencl-env.sh)
@@ -59,8 +59,15 @@ for step in "$@"; do
              $PY benchmarks/profile_suite.py --device nvidia --release $release 2>&1 | cut -c1-300
            done > "$OUT/profile-suite-nvidia-h200.txt"
            unset CLMAGIC_CACHE_DIR ;;
+    tune) # Kernel Tuner's re-tune: its wheels carried in .gpu-wheels/ (no scipy, scikit-learn
+          # or pymoo: the brute force needs none), numpy and pandas from the host's Python
+          python3 -m venv --system-site-packages /tmp/tune-venv
+          /tmp/tune-venv/bin/pip install -q --no-index --no-deps .gpu-wheels/*.whl
+          /tmp/tune-venv/bin/python benchmarks/bench_tune.py --device nvidia --driver-cache both \
+            --width "${WIDTH_TUNE:-512}" --repeats "${REPEATS_TUNE:-5}" \
+            --label "${LABEL_TUNE:-nvidia-h100}" --out "$OUT" ;;
     ab) $PY benchmarks/ab_hit.py --device nvidia --base "${AB_BASE:-.ab-base}" \
            --pairs "${PAIRS_AB:-8}" --label nvidia-h200 --out "$OUT" ;;  # AB_BASE: git archive
-    *) echo "gpu_run.sh: unknown step $step (on, off, hook, suite, suite-on, suite-off, facts, profile, split, ab)" >&2; exit 2 ;;
+    *) echo "gpu_run.sh: unknown step $step (on, off, hook, suite, suite-on, suite-off, facts, profile, split, tune, ab)" >&2; exit 2 ;;
   esac
 done
