@@ -98,8 +98,8 @@ class EntryMeta:
     #: the key of the source's code alone (:func:`clmagic.key.digest.code_key`), "" when it has none
     code_key: str = _f(default="", omit=True)
     #: the key of the entry whose binary this one reuses (a REKEYED save), else ""; its build
-    #: log's line numbers are that source's
-    rekeyed_from: str = _f(default="", omit=True)
+    #: log's line numbers are that source's, and its ``build_ms`` that entry's build
+    rekeyed_from: str = _f(shown=True, default="", omit=True)
     #: where the binary came from when not from a build on this machine, until it is proven
     #: loadable here ("bundle NAME", "remote URL"); "" for this machine's own builds
     untrusted: str = _f(default="", omit=True, compare=False)

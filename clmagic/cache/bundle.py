@@ -47,7 +47,8 @@ _BATCH = 200
 
 @dataclass
 class BundleReport:
-    """What :func:`export_bundle` wrote."""
+    """What :func:`export_bundle` wrote: ``bytes`` is what those entries take in the cache,
+    the one size ``ls``, ``info``, the statistics and a clear give the same entries."""
 
     path: str
     entries: int
@@ -127,7 +128,7 @@ def _export(path: str | os.PathLike[str], device: object, kernels: str | list[st
             if entry is None:
                 continue
             batch.append(entry)
-            size += len(entry.binary or b"")
+            size += listed.usage.stored_bytes  # the one size of an entry, as listed
             d = devices.setdefault(entry.fingerprint, {
                 "fingerprint": entry.fingerprint, "device": entry.meta.device,
                 "platform": entry.meta.platform, "driver": entry.meta.driver, "entries": 0})

@@ -198,10 +198,13 @@ def _where(store: Store | None) -> str:
     return f"{store.kind} cache {store.location}" if store is not None else "memory only"
 
 
-def usage(store: Store | None) -> list[DeviceUsage]:
-    """Entries, bytes and hits per device fingerprint in ``store``."""
+def usage(store: Store | None, origin: str | None = None) -> list[DeviceUsage]:
+    """Entries, bytes and loads per device fingerprint in ``store`` (of the entries first built
+    for ``origin``, when given)."""
     per: dict[str, DeviceUsage] = {}
     for e in store.entries() if store is not None else ():
+        if not from_origin(entry_origin(e), origin):
+            continue
         d = per.setdefault(e.fingerprint, DeviceUsage(e.fingerprint, entry_label(e.meta)))
         d.entries += 1
         d.bytes += e.usage.stored_bytes
@@ -212,15 +215,21 @@ def usage(store: Store | None) -> list[DeviceUsage]:
 def stats(compiler: Compiler | None = None, origin: str | None = None) -> Stats:
     """This session's and the store's lifetime hits, misses, memory hits, corrupt entries,
     evictions, hit rate and time saved, side by side, with the entries and bytes the store
-    holds per device (and each device's lifetime counts); ``origin`` counts only this
-    session's trips of that origin (``cell``, a module such as ``pyopencl.elementwise``, or a
-    package: ``silx``; lifetime figures are not kept per origin)."""
+    holds per device (and each device's lifetime counts).
+
+    ``origin`` (``cell``, a module such as ``pyopencl.elementwise``, or a package: ``silx``)
+    filters every figure given alike: this session's trips of that origin, and the stored
+    entries first built for it. The lifetime counters and evictions are kept per device, not
+    per origin, so with ``origin`` they are not given (``lifetime`` is ``None``) rather than
+    given for every origin beside figures of one."""
     c = or_default(compiler)
-    devices = usage(c.store)
+    devices = usage(c.store, origin)
     records = [r for r in c.history.records if from_origin(r.origin, origin)]
     s = Stats.of(records, location=_where(c.store), devices=devices,
                  max_size=c.store.max_size if c.store is not None else 0,
-                 dropped=c.history.dropped)
+                 dropped=c.history.dropped, origin=origin)
+    if origin is not None:
+        return s
     evicted = tally_of(c.counters.session)
     s.session.evictions, s.session.evicted_bytes = evicted.evictions, evicted.evicted_bytes
     life = lifetime_counts(c.store)

@@ -42,27 +42,47 @@ LABELS = {"HIT": "hits", "MEMORY": "memory hits", "REKEYED": "rekeyed", "MISS": 
           "CORRUPT": "corrupt", "BYPASS": "bypassed", "FAILED": "failed", "EVICT": "evictions"}
 
 
+#: what a device's "loads" count, apart from the "hits" of the statistics (HIT trips since the
+#: last zeroing, entries since removed included)
+_LOADS = ("loads of the entries the store holds now, each counted since it was stored "
+         "(an imported entry's since its import)")
+
+
 def _rate(rate: float | None) -> str:
     return "n/a" if rate is None else f"{rate:.0%}"
 
 
 def stats_rows(s: Stats) -> list[tuple[str, str, str]]:
     """(figure, this session, lifetime) for every outcome counted, evictions, hit rate and time
-    saved; the lifetime column is ``-`` where the store keeps none."""
-    life = s.lifetime
-    rows = [(LABELS.get(o, o.lower()), str(s.session[o]), "-" if life is None else str(life[o]))
+    saved; the lifetime column is ``-`` where the store keeps none. Statistics of one origin
+    (:attr:`Stats.origin`) have no evictions row and an empty lifetime column, which the views
+    leave out: those counters are kept per device, not per origin."""
+    life, origin = s.lifetime, s.origin is not None
+    none = "" if origin else "-"
+    rows = [(LABELS.get(o, o.lower()), str(s.session[o]), none if life is None else str(life[o]))
             for o in s.outcomes()]
-    rows.append(("evictions", str(s.session.evictions),
-                 "-" if life is None else str(life.evictions)))
+    if not origin:
+        rows.append(("evictions", str(s.session.evictions),
+                     "-" if life is None else str(life.evictions)))
     rows.append(("hit rate", _rate(s.session.hit_rate),
-                 "-" if life is None else _rate(life.hit_rate)))
+                 none if life is None else _rate(life.hit_rate)))
     rows.append(("time saved", fmt_duration(s.session.saved_ms),
-                 "-" if life is None else fmt_duration(life.saved_ms)))
+                 none if life is None else fmt_duration(life.saved_ms)))
     return rows
+
+
+def _origin_lines(s: Stats) -> list[str]:
+    """What statistics of one origin count, and what they leave out (nothing for all)."""
+    if s.origin is None:
+        return []
+    return [f"only {s.origin}: its trips this session, the stored entries first built for it",
+            "(lifetime counts and evictions are kept per device, not per origin)"]
 
 
 def _limit(s: Stats, total: int | None = None) -> str:
     used = s.bytes if total is None else total
+    if s.origin is not None and total is None:  # the limit is the whole store's
+        return f"the entries {s.origin} built"
     if not s.max_size:
         return "no size limit"
     return f"limit {fmt_bytes(s.max_size)} ({used / s.max_size:.0%} used)"
@@ -74,9 +94,10 @@ def _not_kept(dropped: int) -> str:
 
 def stats_text(s: Stats) -> str:
     """This session and the lifetime side by side, then the store and one line per device."""
-    rows = [("", "session", "lifetime"), *stats_rows(s)]
+    rows = [("", "session", "lifetime" if s.origin is None else ""), *stats_rows(s)]
     width = max(len(r[0]) for r in rows)
-    lines = [f"{a:<{width}}  {b:>10}  {c:>10}" for a, b, c in rows]
+    lines = [f"{a:<{width}}  {b:>10}  {c:>10}".rstrip() for a, b, c in rows]
+    lines += _origin_lines(s)
     if s.dropped:  # the session column counts the trips the history keeps
         lines.append(f"session: {_not_kept(s.dropped)}")
     lines.append(f"store: {s.location} · {count_of(s.entries, 'entry')} · "
@@ -84,7 +105,7 @@ def stats_text(s: Stats) -> str:
     for d in s.devices:  # the device on a line, its figures under it: both fit 80 columns
         lines.append(f"  {d.label} ({short_key(d.fingerprint)})")
         line = (f"    {count_of(d.entries, 'entry')}, {fmt_bytes(d.bytes)}, "
-                f"{count_of(d.hits, 'hit')}")
+                f"{count_of(d.hits, 'load')}")
         if d.lifetime is not None:
             t = d.lifetime
             line += (f" · lifetime {count_of(t['HIT'], 'hit')}, {t['MISS']} misses, "
@@ -95,22 +116,26 @@ def stats_text(s: Stats) -> str:
 
 def stats_html(s: Stats) -> str:
     """The statistics as two small tables: session and lifetime side by side, then devices."""
+    life = s.origin is None  # one origin's: no lifetime column, no evictions (not kept so)
     body = "".join(f"<tr><th>{html.escape(a)}</th><td>{html.escape(b)}</td>"
-                   f"<td>{html.escape(c)}</td></tr>" for a, b, c in stats_rows(s))
+                   + (f"<td>{html.escape(c)}</td>" if life else "") + "</tr>"
+                   for a, b, c in stats_rows(s))
     devs = "".join(
         f"<tr><td>{html.escape(d.label)}</td><td><code>{d.fingerprint}</code></td>"
         f"<td>{d.entries}</td><td>{fmt_bytes(d.bytes)}</td><td>{d.hits}</td>"
-        f"<td>{d.lifetime.evictions if d.lifetime is not None else '-'}</td></tr>"
-        for d in s.devices
+        + (f"<td>{d.lifetime.evictions if d.lifetime is not None else '-'}</td>" if life else "")
+        + "</tr>" for d in s.devices
     ) or '<tr><td colspan="6">no entries</td></tr>'
     return (
         '<div class="clmagic-stats">'
-        f"<table><tr><th></th><th>session</th><th>lifetime</th></tr>{body}</table>"
+        f"<table><tr><th></th><th>session</th>{'<th>lifetime</th>' if life else ''}</tr>{body}"
+        "</table>" + "".join(f"<p>{html.escape(line)}</p>" for line in _origin_lines(s))
         + (f"<p>session: {_not_kept(s.dropped)}</p>" if s.dropped else "")
         + f"<p>store: <code>{html.escape(s.location)}</code> · {count_of(s.entries, 'entry')} · "
         f"{fmt_bytes(s.bytes)} · {html.escape(_limit(s))}</p>"
         "<table><tr><th>device</th><th>fingerprint</th><th>entries</th><th>size</th>"
-        f"<th>hits</th><th>evictions</th></tr>{devs}</table></div>"
+        f'<th title="{_LOADS}">loads</th>{"<th>evictions</th>" if life else ""}</tr>{devs}'
+        "</table></div>"
     )
 
 

@@ -211,7 +211,10 @@ def cache_frame(device: object = None, *, compiler: Compiler | None = None,
     ``source_bytes``, ``binary_bytes``, ``build_ms``, ``created`` (UTC), ``fingerprint``,
     ``last_used`` (UTC; the last store hit, else the build), ``hits`` (loads from the store),
     ``stored_bytes`` and ``store`` (the backend or layers holding it, and the store's location),
-    and ``origin`` after ``fingerprint`` (``cell`` or the module whose build made the entry).
+    and ``origin`` after ``fingerprint`` (``cell`` or the module whose build made the entry),
+    ``rekeyed_from`` (the entry whose binary a REKEYED copy reuses, else empty). Each build is
+    counted once: a copy whose original is listed too has no ``build_ms`` (the original's row
+    has that build), so sums and "slowest builds" do not count one build twice.
     ``device`` filters by index spec, name substring or fingerprint, ``origin`` by origin (a
     package takes its modules). Binaries are not read.
     """
@@ -234,6 +237,9 @@ def cache_frame(device: object = None, *, compiler: Compiler | None = None,
             elif isinstance(value, tuple):
                 value = ", ".join(value)
             cols[name].append(value)
+    listed = {(e.fingerprint, e.key) for e in entries}
+    cols["build_ms"] = [None if (e.fingerprint, e.meta.rekeyed_from) in listed else ms
+                        for e, ms in zip(entries, cols["build_ms"], strict=True)]
     df = _frame(cols, CACHE_COLUMNS)
     df = df.sort_values("last_used", ascending=False, kind="stable", ignore_index=True)
     return readable(_cache_html)(df)

@@ -117,6 +117,9 @@ class DeviceUsage:
     label: str
     entries: int = 0
     bytes: int = 0
+    #: loads of the entries the store holds now, each counted since it was stored (the
+    #: entries' own use counts): not the HIT trips of :class:`Tally`, which count since the
+    #: last zeroing, entries since removed included; shown as "loads", never as "hits"
     hits: int = 0
     #: every process's counts for this device since the last zeroing (``None``: not kept)
     lifetime: Tally | None = None
@@ -191,6 +194,10 @@ class Stats:
     #: this session's older trips the history no longer keeps (``CLMAGIC_HISTORY_MAX``), so
     #: ``session`` does not count them; ``lifetime`` does
     dropped: int = 0
+    #: the origin every figure is of (``None``: all): ``session`` counts its trips, ``devices``
+    #: its entries; ``lifetime`` and the evictions, kept per device and not per origin, are
+    #: then not given (``None``, and the renderings say so) rather than given for every origin
+    origin: str | None = None
 
     @classmethod
     def of(cls, records: list[Record], **kwargs: Any) -> Stats:
@@ -266,6 +273,7 @@ class Stats:
     def as_dict(self) -> dict[str, Any]:
         """JSON-able statistics."""
         return {"location": self.location, "entries": self.entries, "bytes": self.bytes,
-                "max_size": self.max_size, "session": self.session.as_dict(),
+                "max_size": self.max_size, "origin": self.origin,
+                "session": self.session.as_dict(),
                 "lifetime": self.lifetime.as_dict() if self.lifetime is not None else None,
                 "devices": [d.as_dict() for d in self.devices]}
