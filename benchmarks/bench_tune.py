@@ -34,7 +34,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -87,6 +86,7 @@ FACTS = ("work_group_size", "local_mem", "private_mem", "registers", "spills",
 
 def child(path: str, platform_index: int, device_index: int, width: int, facts: bool) -> dict:
     """One tune; what it took, as JSON-ready data."""
+    import kernel_tuner
     import numpy as np
     from kernel_tuner import tune_kernel
 
@@ -115,6 +115,7 @@ def child(path: str, platform_index: int, device_index: int, width: int, facts: 
     out = {"tune_s": tune_s, "compile_ms": env["total_compile_time"],
            "configs": len(results), "errors": sum("__error__" in r for r in results),
            "device": env["device_name"], "platform": env["platform_name"],
+           "kernel_tuner": kernel_tuner.__version__,
            "driver": env["driver_version"]}
     if path == "clmagic":
         out["outcomes"] = [str(r.outcome) for r in clmagic.get_compiler().history.records]
@@ -186,36 +187,6 @@ def summarise(runs: dict[str, dict[str, list[dict]]]) -> dict:
 
 
 # -- reporting -------------------------------------------------------------------------------
-
-
-def _versions() -> dict[str, str]:
-    code = ("import json, numpy, pyopencl, kernel_tuner\nprint(json.dumps({'numpy': "
-            "numpy.__version__, 'pyopencl': pyopencl.VERSION_TEXT, 'kernel_tuner': "
-            "kernel_tuner.__version__}))")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    return {"python": platform.python_version(), **json.loads(proc.stdout)}
-
-
-def _commit() -> str:
-    if os.environ.get("CLMAGIC_BENCH_COMMIT"):  # a copy without .git (the GPU host)
-        return os.environ["CLMAGIC_BENCH_COMMIT"]
-    try:
-        return subprocess.run(["git", "-C", str(HERE), "rev-parse", "--short", "HEAD"],
-                              capture_output=True, text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "?"
-
-
-def _machine() -> dict:
-    info = {"cores": os.cpu_count(), "os": platform.platform(terse=True), "cpu": "?"}
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name") and ":" in line:
-                info["cpu"] = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        info["cpu"] = platform.machine()
-    return info
 
 
 def _table(cache: str, summary: dict, runs: dict) -> list[str]:
@@ -305,6 +276,8 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(child(args.child, p, d, args.width, args.facts)))
         return 0
     sys.path.insert(0, str(HERE.parent))
+    from bench_hook import _commit, _machine, _versions
+
     from clmagic.opencl.devices import resolve_device
 
     args.indexes = resolve_device(args.device)[0].spec
@@ -315,6 +288,8 @@ def main(argv: list[str] | None = None) -> int:
         runs = measure(args, cache)
         res["caches"][cache] = {"runs": runs, "summary": summarise(runs)}
     res["facts"] = facts_pair(args, caches[0])
+    res["versions"]["kernel_tuner"] = next(iter(res["caches"].values()))["runs"]["plain"][
+        "first"][0]["kernel_tuner"]
     text = markdown(res)
     print(text)
     if args.label:
