@@ -6,7 +6,7 @@ is shown — a ``repr``, a DataFrame of settings, a log line, and the frame loca
 ``%xmode Verbose`` prints with every traceback. A :class:`Secret` shows ``Secret(***)`` in all of
 them; the raw bytes live only inside it, and what leaves it is a signature. It is not pickled
 either (a pickle holds the bytes in clear), except to clmagic's own worker processes
-(:func:`allow_to_children`, for ``warm``'s process pool).
+(:func:`dumps_for_children`, for the worker pool of ``warm`` and sweeps).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import os
 from collections.abc import Mapping
 from typing import NoReturn
 
-__all__ = ["Secret", "SECRET_VAR", "read_secret", "allow_to_children"]
+__all__ = ["Secret", "SECRET_VAR", "read_secret", "dumps_for_children"]
 
 #: the variable that holds the team secret (never printed)
 SECRET_VAR = "CLMAGIC_CACHE_SECRET"
@@ -79,13 +79,19 @@ class Secret:
         return Secret, (self.__key,)
 
 
-def allow_to_children() -> None:
-    """Let multiprocessing hand a :class:`Secret` to clmagic's worker processes (its own
-    pickler only: ``pickle.dumps`` still refuses). Called by the module that starts them, which
-    imports multiprocessing anyway (here it would cost every import of clmagic 0.1 s)."""
-    from multiprocessing.reduction import ForkingPickler
+def dumps_for_children(obj: object) -> bytes:
+    """``obj`` pickled for clmagic's own worker processes, a :class:`Secret` in it included
+    (with this pickler only: ``pickle.dumps`` still refuses). The pickle goes down a pipe to a
+    child, never to a file."""
+    import copyreg
+    import io
+    import pickle
 
-    ForkingPickler.register(Secret, Secret._to_child)
+    out = io.BytesIO()
+    pickler = pickle.Pickler(out, pickle.HIGHEST_PROTOCOL)
+    pickler.dispatch_table = {**copyreg.dispatch_table, Secret: Secret._to_child}
+    pickler.dump(obj)
+    return out.getvalue()
 
 
 def read_secret(environ: Mapping[str, str] | None = None) -> tuple[Secret | None, str]:

@@ -222,16 +222,27 @@ def outcome_line(cap) -> str:
     return texts[0]
 
 
-#: a sitecustomize that makes the named helper stop (SIGSTOP) or sleep for good at its start
+#: a script's prelude that makes the named helper (``CLMAGIC_TEST_HANG_WHO``: the module clmagic
+#: launches) stop (SIGSTOP) or sleep for good at its start (``CLMAGIC_TEST_HANG``: stop, sleep),
+#: read when clmagic starts it. (A helper imports nothing of the user's environment: the prelude
+#: wraps the one launcher in the user's process.)
 HANG = '''
-import os, signal, sys
-_mode, _who = os.environ.get("CLMAGIC_TEST_HANG", ""), os.environ.get("CLMAGIC_TEST_HANG_WHO", "")
-if _mode and _who and _who in getattr(sys, "orig_argv", []):
-    if _mode == "stop":
-        os.kill(os.getpid(), signal.SIGSTOP)
-    else:
-        _r, _w = os.pipe()
-        os.read(_r, 1)
+import os as _h_os, signal as _h_signal, subprocess as _h_subprocess, sys as _h_sys
+from clmagic import _launch as _h_launch
+_h_launch_as_is = _h_launch.launch
+def _h_hanging(module, args=(), **kw):
+    mode = _h_os.environ.get("CLMAGIC_TEST_HANG", "")
+    who = _h_os.environ.get("CLMAGIC_TEST_HANG_WHO", "")
+    if not (mode and who == module):
+        return _h_launch_as_is(module, args, **kw)
+    if mode == "stop":
+        proc = _h_launch_as_is(module, args, **kw)
+        _h_os.kill(proc.pid, _h_signal.SIGSTOP)
+        return proc
+    return _h_subprocess.Popen([_h_sys.executable, "-c", "import os; os.read(os.pipe()[0], 1)"],
+                               stdin=kw.get("stdin"), stdout=kw.get("stdout"),
+                               stderr=kw.get("stderr"))
+_h_launch.launch = _h_hanging
 '''
 
 

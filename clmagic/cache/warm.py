@@ -3,9 +3,10 @@ processes, so that later sessions (a course's notebooks) hit instead of building
 
 Each worker process builds with its own :class:`~clmagic.trip.compiler.Compiler` over the same store
 (the stores are safe for several processes), with the options exactly as given, in the current
-working directory (as a notebook cell would: run it where the notebooks run). Workers ignore
-Ctrl-C: on an interrupt the files not started are dropped, the builds under way finish and are
-saved whole, and the report says what was done.
+working directory (as a notebook cell would: run it where the notebooks run). The workers are
+this module run by :mod:`clmagic.cache.pool` (never the user's main module again). Workers
+ignore Ctrl-C: on an interrupt the files not started are dropped, the builds under way finish
+and are saved whole, and the report says what was done.
 """
 
 from __future__ import annotations
@@ -13,15 +14,12 @@ from __future__ import annotations
 import os
 import signal
 import sys
-from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from multiprocessing import get_context
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from clmagic._secret import allow_to_children
+from clmagic.cache.pool import run_pool, serve
 from clmagic.config import Settings
 from clmagic.errors import BuildError, ClmagicError, OptionsError
 from clmagic.key.includes import MAX_HEADER_BYTES
@@ -89,12 +87,10 @@ _CACHED = (Outcome.HIT, Outcome.MEMORY)
 
 def _init(settings: Settings) -> None:
     global _worker
-    # Ctrl-C reaches the terminal's foreground process group; the parent decides what stops,
-    # and a build is never cut (the driver's LLVM installs its own SIGINT handler, so ignoring
-    # the signal is not enough: the worker leaves the group)
+    # the parent decides what stops, and a build is never cut: the worker is in a session of
+    # its own (the terminal's Ctrl-C does not reach it: the driver's LLVM installs its own
+    # SIGINT handler, so ignoring the signal is not enough), and ignores one sent to it
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    if hasattr(os, "setpgrp"):
-        os.setpgrp()
     from clmagic.trip.compiler import Compiler
 
     _worker = Compiler(settings)
@@ -152,68 +148,11 @@ def run_builds(settings: Settings, jobs: int, builds: list[Build],
     were dropped). What ``clmagic warm`` and :mod:`clmagic.cache.sweep` share."""
     if not builds:
         return False, 0
-    allow_to_children()  # the settings' team secret goes to the workers (and only there)
-    with _spawnable_main():
-        return _run_pool(settings, jobs, builds, done)
 
+    def finish(build: tuple[Any, ...], answer: Any, why: str) -> None:
+        done(*(answer if answer is not None else (build[0], Outcome.FAILED, why)))
 
-@contextmanager
-def _spawnable_main() -> Iterator[None]:
-    """The spawn start method reads ``__main__.__spec__``, which IPython's user module (the
-    ``__main__`` of a shell and of a notebook's kernel) may lack: ``None`` meanwhile, which
-    spawn reads as "run nothing of the main module" (the workers need none of it)."""
-    main = sys.modules.get("__main__")
-    if main is None or hasattr(main, "__spec__"):
-        yield
-        return
-    main.__spec__ = None
-    try:
-        yield
-    finally:
-        if getattr(main, "__spec__", 0) is None:
-            del main.__spec__
-
-
-def _run_pool(settings: Settings, jobs: int, builds: list[Build],
-              done: Callable[[str, Outcome, str], None]) -> tuple[bool, int]:
-    pool = ProcessPoolExecutor(max_workers=min(jobs, len(builds)),
-                               mp_context=get_context("spawn"), initializer=_init,
-                               initargs=(settings,))
-    pending: set[Future[tuple[str, Outcome, str]]] = set()
-    names: dict[Future[tuple[str, Outcome, str]], str] = {}
-    interrupted, skipped = False, 0
-    try:
-        for b in builds:
-            names[pool.submit(_build_one, *b)] = b[0]
-        pending = set(names)
-        while pending:
-            finished, pending = wait(pending, return_when=FIRST_COMPLETED)
-            for fut in finished:
-                done(*_result(fut, names[fut]))
-    except KeyboardInterrupt:
-        interrupted = True
-        for fut in pending:
-            fut.cancel()
-        running = [f for f in pending if not f.cancelled()]
-        skipped = len(pending) - len(running)
-        for fut in running:  # under way: let them finish and save whole
-            while True:
-                try:
-                    wait([fut])
-                    break
-                except KeyboardInterrupt:
-                    continue
-            done(*_result(fut, names[fut]))
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
-    return interrupted, skipped
-
-
-def _result(fut: Future[tuple[str, Outcome, str]], label: str) -> tuple[str, Outcome, str]:
-    try:
-        return fut.result()
-    except Exception as exc:  # a worker that died (killed, out of memory): that build failed
-        return label, Outcome.FAILED, f"the worker process died ({type(exc).__name__})"
+    return run_pool("clmagic.cache.warm", settings, builds, jobs, finish)  # its __main__ below
 
 
 def _tally(report: WarmReport, path: str, outcome: Outcome, why: str,
@@ -226,3 +165,7 @@ def _tally(report: WarmReport, path: str, outcome: Outcome, why: str,
         report.built.append(path)
     if progress is not None:
         progress(path, outcome)
+
+
+if __name__ == "__main__":  # a worker of run_builds' pool
+    sys.exit(serve(_init, _build_one))

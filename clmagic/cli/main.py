@@ -11,6 +11,7 @@ import sys
 import tempfile
 from collections.abc import Callable
 
+from clmagic._launch import launch
 from clmagic.cli.argv import join_dash_values, unknown_command
 
 ORIGIN_HELP = ("only entries first built for MODULE: cell (%%%%clkernel, clmagic.build), a "
@@ -83,18 +84,19 @@ def _demo(args: argparse.Namespace) -> int:
 def _demo_runs(args: argparse.Namespace, cache_dir: str) -> int:
     env = {**os.environ, "POCL_KERNEL_CACHE": "0", "CUDA_CACHE_DISABLE": "1"}
     print(f"clmagic demo: cache at {cache_dir} (driver caches off); two separate processes")
-    cmd = [sys.executable, "-m", "clmagic", _CHILD, "--cache-dir", cache_dir]
+    cmd = [_CHILD, "--cache-dir", cache_dir]
     if args.device:
         cmd += ["--device", args.device]
     cmd.append(f"--opts={args.opts}")
     runs = []
     for n in (1, 2):
-        proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
-        sys.stderr.write(proc.stderr)
-        if proc.returncode != 0 or not proc.stdout.strip():
+        proc = launch("clmagic", cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        out, err = (b.decode("utf-8", "replace") for b in proc.communicate())
+        sys.stderr.write(err)
+        if proc.returncode != 0 or not out.strip():
             print(f"process {n} failed (exit {proc.returncode})", file=sys.stderr)
             return 1
-        run = json.loads(proc.stdout.strip().splitlines()[-1])
+        run = json.loads(out.strip().splitlines()[-1])
         runs.append(run)
         check = "result correct" if run["correct"] else "WRONG RESULT"
         print(f"process {n}: {run['line']} · {check}")

@@ -17,7 +17,8 @@ it redoes, :mod:`clmagic.opencl.patience`), more only while it is seen working, 
 helpers the process reads in-process only. A forked child does not use (nor kill, nor write
 to) its parent's helper: it starts its own if it needs one.
 
-``python -m clmagic.opencl.readout``: the helper (jobs on stdin, binaries on stdout).
+``python -m clmagic.opencl.readout``: the helper (jobs on stdin, binaries on stdout), started by
+:func:`clmagic._launch.launch` (nothing in the user's folder or environment is imported by it).
 """
 
 from __future__ import annotations
@@ -25,12 +26,11 @@ from __future__ import annotations
 import atexit
 import json
 import os
-import struct
 import subprocess
 import sys
 import threading
-from typing import IO
 
+from clmagic import _launch
 from clmagic._fork import after_fork, disown
 from clmagic.opencl.patience import bound_s, wait_while_working
 
@@ -40,7 +40,6 @@ __all__ = ["needs_helper", "read_out", "helper_pid", "TIMEOUT_S", "MAX_FAILURES"
 TIMEOUT_S = 120.0
 #: helpers killed for not answering after which this process reads binaries in-process only
 MAX_FAILURES = 2
-_LEN = struct.Struct("<Q")
 
 _lock = threading.Lock()
 _helper: subprocess.Popen[bytes] | None = None
@@ -73,9 +72,8 @@ def read_out(fingerprint: str, source: str, options: str,
             return None
         try:
             if _helper is None or _helper.poll() is not None:
-                _helper = subprocess.Popen([sys.executable, "-m", "clmagic.opencl.readout"],
-                                           stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                           stderr=subprocess.DEVNULL)
+                _helper = _launch.launch("clmagic.opencl.readout", stdin=subprocess.PIPE,
+                                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
             payload = json.dumps([fingerprint, source, options, cwd]).encode()
             answered, reply = _exchange(_helper, payload, bound_s(build_ms))
         except (OSError, ValueError):
@@ -97,8 +95,8 @@ def _exchange(helper: subprocess.Popen[bytes], payload: bytes,
 
     def talk() -> None:
         try:
-            _send(stdin, payload)
-            result[0] = _receive(stdout)
+            _launch.send(stdin, payload)
+            result[0] = _launch.receive(stdout)
         except (OSError, ValueError):
             pass  # a pipe closed under it: no reply
 
@@ -111,20 +109,6 @@ def _exchange(helper: subprocess.Popen[bytes], payload: bytes,
 
     answered = wait_while_working(done, helper.pid, bound, TIMEOUT_S)
     return answered, result[0] if answered else None
-
-
-def _send(pipe: IO[bytes], data: bytes) -> None:
-    pipe.write(_LEN.pack(len(data)) + data)
-    pipe.flush()
-
-
-def _receive(pipe: IO[bytes]) -> bytes | None:
-    head = pipe.read(_LEN.size)
-    if len(head) != _LEN.size:
-        return None
-    size = _LEN.unpack(head)[0]
-    body = pipe.read(size)
-    return body if len(body) == size else None
 
 
 def _stop() -> None:
@@ -168,10 +152,10 @@ def _main() -> int:
 
     jobs, out = sys.stdin.buffer, sys.stdout.buffer
     while True:
-        head = jobs.read(_LEN.size)
-        if len(head) < _LEN.size:
+        job = _launch.receive(jobs)
+        if job is None:
             return 0  # the user's process has ended
-        fingerprint, source, options, cwd = json.loads(jobs.read(_LEN.unpack(head)[0]))
+        fingerprint, source, options, cwd = json.loads(job)
         try:
             if cwd is not None:
                 os.chdir(cwd)  # relative include folders are the user's
@@ -179,9 +163,9 @@ def _main() -> int:
             program = pyopencl_program.raw_from_source(cl.Context([dev]), source)
             with driver.quiet_driver():
                 pyopencl_program.bare_build(program, options, [dev])
-            _send(out, b"+" + driver.binary_of(program, dev))
+            _launch.send(out, b"+" + driver.binary_of(program, dev))
         except Exception as exc:  # noqa: BLE001 - the user's process reads it itself then
-            _send(out, b"-" + str(exc).encode("utf-8", "replace")[:500])
+            _launch.send(out, b"-" + str(exc).encode("utf-8", "replace")[:500])
 
 
 if __name__ == "__main__":

@@ -4,12 +4,14 @@ process, so that a crafted or torn one crashes the child, not the user's kernel.
 
 POCL aborts or segfaults on a truncated binary of its own format, and checksums cannot help when
 the forger recomputed them. The child loads the binary as the user's process would
-(:func:`clmagic.opencl.driver.from_binaries`: same device, same options, its kernels made) and exits;
-its verdict is kept for the process, and a private store rewrites the entry as its own
+(:func:`clmagic.opencl.driver.from_binaries`: same device, same options, its kernels made) and
+exits; its verdict is kept for the process, and a private store rewrites the entry as its own
 (:meth:`clmagic.store.base.Store.mark_proven`), so each entry is proven once. An entry signed
 with the team secret needs no proof (:attr:`clmagic.entry.Entry.foreign` is empty).
 
-``python -m clmagic.opencl.vet FINGERPRINT OPTIONS`` reads the binary on stdin; exit status 0: it loaded.
+``python -m clmagic.opencl.vet FINGERPRINT OPTIONS`` reads the binary on stdin; exit status 0: it
+loaded. It is started by :func:`clmagic._launch.launch`: nothing in the user's folder or
+environment is imported by it (a ``json.py`` there once skipped the check).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
+from clmagic import _launch
 from clmagic._fork import after_fork
 from clmagic.errors import CorruptEntry
 from clmagic.opencl.patience import bound_s, wait_while_working
@@ -46,10 +49,10 @@ def prove(fingerprint: str, binary: bytes, options: str,
     ``None`` when it loaded, else why not (a signal, a refusal, a child that did not answer) in
     words. The child gets a bound set by its build's ``build_ms``, more while it is seen
     working, ``timeout`` seconds at most; one that does not answer is killed."""
-    cmd = [sys.executable, "-m", "clmagic.opencl.vet", fingerprint, options]
     try:
-        proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE)
+        proc = _launch.launch("clmagic.opencl.vet", [fingerprint, options],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE)
     except OSError as exc:
         return f"the child process that checks it could not start ({exc.strerror})"
     t0 = time.monotonic()

@@ -17,13 +17,10 @@ from conftest import HANG, SAXPY, child_env
 
 
 def _run(script: str, tmp_path, timeout: float = 120, **env: str) -> dict[str, object]:
-    site = tmp_path / "site"
-    site.mkdir(exist_ok=True)
-    (site / "sitecustomize.py").write_text(HANG)
     base = child_env(**env)
-    base["PYTHONPATH"] = f"{site}:{base['PYTHONPATH']}"
     try:
-        proc = subprocess.run([sys.executable, "-c", "import json, os, signal, sys\n" + script],
+        proc = subprocess.run([sys.executable, "-c", "import json, os, signal, sys\n" + HANG
+                               + script],
                               env=base, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired as exc:
         pytest.fail(f"the script waited on a helper that stopped answering: {exc.stderr!r}")

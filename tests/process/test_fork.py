@@ -294,10 +294,7 @@ def test_a_fork_waits_for_the_readout_the_saver_is_doing(cache_dir, pocl, tmp_pa
     out in-process only when the readout helper fails: here it is stopped from its start.)"""
     from conftest import HANG
 
-    site = tmp_path / "site"
-    site.mkdir()
-    (site / "sitecustomize.py").write_text(HANG)
-    out = _run('''
+    out = _run(HANG + '''
 c = clmagic.Compiler()
 r = c.build("".join(f"__kernel void k{i}(__global float *a) {{ a[{i}] = {i}; }}\\n"
                     for i in range(8)))  # its readout: a few seconds, under FORK_WAIT_S
@@ -319,7 +316,6 @@ code = reap(fork(work))
 say(code=code, parent_saved=r.saved)
 ''', SRC=SAXPY, CLMAGIC_CACHE_DIR=str(cache_dir), CLMAGIC_DEVICE=pocl,
         CLMAGIC_READOUT_HELPER="1", CLMAGIC_TEST_HANG="stop",
-        CLMAGIC_TEST_HANG_WHO="clmagic.opencl.readout",
-        PYTHONPATH=f"{site}:{child_env()['PYTHONPATH']}")
+        CLMAGIC_TEST_HANG_WHO="clmagic.opencl.readout")
     assert out["reading_at_fork"] is True
     assert out["code"] == 0 and out["child"] == "MISS" and out["parent_saved"] is True
