@@ -31,6 +31,9 @@ OUTCOMES = {
                                       ["HIT", "HIT", "MISS", "MISS", "HIT", "HIT"]),
     # no %%clkernel cell: pyopencl's own programs, through %clcache install (tested below)
     "05-every-program.ipynb": ([], []),
+    # the off-by-one kernel, fixed, the racy reduction, fixed (the checks' Oclgrind builds are
+    # the checker child's, not cells')
+    "06-finding-bugs.ipynb": (["MISS"] * 4, ["HIT"] * 4),
 }
 WIDGET = "application/vnd.jupyter.widget-view+json"
 
@@ -240,3 +243,29 @@ def _kernel_available():
 
     if "python3" not in KernelSpecManager().find_kernel_specs():
         pytest.fail("no python3 kernel spec: pip install ipykernel")
+
+
+def _check_shown(nb, marker: str) -> str:
+    """The check's line and findings under the cell whose source holds ``marker`` (as HTML)."""
+    pages = [o["data"]["text/html"] for o in output_of(nb, marker)
+             if "clmagic-check" in o.get("data", {}).get("text/html", "")]
+    assert len(pages) == 1
+    return pages[0]
+
+
+def test_finding_bugs_finds_each_bug_and_passes_each_fix(twice, oclgrind):
+    first, second = twice("06-finding-bugs.ipynb")
+    for nb in (first, second):
+        found = _check_shown(nb, "%clcheck shift_right(cl_queue, (n,), (16,), x_buf, y_buf)")
+        assert 'data-outcome="FOUND"' in found and "1 problem: 1 invalid write" in found
+        assert "past the end of argument `y` (index 64 of 64)" in found
+        fixed = _check_shown(nb, "%clcheck shift_right(cl_queue, (n,), (16,), x_buf, y_buf, np")
+        assert 'data-outcome="CLEAN"' in fixed and "no problems found in 64 work-items" in fixed
+        racy = _check_shown(nb, "racy = %clcheck")
+        assert 'data-outcome="FOUND"' in racy and "data race on local memory" in racy
+        frame = frame_rows(output_of(nb, "clmagic.check_frame(racy)"))
+        assert "data race" in {row["kind"] for row in frame.values()}
+        clean = _check_shown(nb, "fixed = %clcheck group_sum(")
+        assert 'data-outcome="CLEAN"' in clean
+        assert text_of(output_of(nb, "shifted right:")) == "shifted right: True\n"
+        assert text_of(output_of(nb, "group sums match")) == "group sums match numpy: True\n"
