@@ -44,6 +44,7 @@ from typing import NamedTuple
 from clmagic._memo import remember
 from clmagic.errors import ClmagicError
 from clmagic.key.stamps import DIR, Headers, identity
+from clmagic.opencl.driver_env import ONCE_PER_PROCESS, changed_after_read
 from clmagic.store._fs import TooLarge, read_regular
 
 
@@ -242,22 +243,17 @@ def option_inputs(tokens: Sequence[str]) -> OptionInputs:
     return OptionInputs(dirs, files)
 
 
-_first_flags: dict[str, str] = {}
-
-
-def driver_flags(environ: dict[str, str] | None = None) -> dict[str, str]:
+def driver_flags() -> dict[str, str]:
     """The build flags drivers add from the environment (``{NAME: value}`` of those set), for
-    the key and for :func:`find_headers`. A value that changed since this process first saw one
-    raises :class:`Unkeyable` (POCL keeps the first value it read; Oclgrind reads it each
-    time)."""
-    env = os.environ if environ is None else environ
+    the key and for :func:`find_headers`. Raises :class:`Unkeyable` where the value now may not
+    be the one the driver uses (POCL keeps the first value it read:
+    :func:`clmagic.opencl.driver_env.changed_after_read`; Oclgrind reads it at each build)."""
     flags = {}
     for name in DRIVER_FLAG_VARS:
-        value = env.get(name, "")
-        first = _first_flags.setdefault(name, value) if value else _first_flags.get(name)
-        if first is not None and value != first:
-            raise Unkeyable(f"{name} changed during this session ({first!r} → {value!r}): "
-                            "cannot tell which value the driver uses")
+        value = os.environ.get(name, "")
+        why = changed_after_read(name) if name in ONCE_PER_PROCESS else ""
+        if why:
+            raise Unkeyable(why)
         if value:
             flags[name] = value
     return flags

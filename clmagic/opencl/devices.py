@@ -13,7 +13,7 @@ import pyopencl as cl
 from clmagic._fork import after_fork, disown
 from clmagic._format import device_label
 from clmagic.errors import DeviceError
-from clmagic.opencl import driver
+from clmagic.opencl import driver, driver_env
 
 __all__ = [
     "DeviceInfo",
@@ -103,6 +103,7 @@ def _describe(pi: int, di: int, platform: cl.Platform, device: cl.Device) -> Dev
 
 @lru_cache(maxsize=1)
 def _inventory() -> tuple[tuple[DeviceInfo, cl.Device], ...]:
+    driver_env.first_look()  # what POCL reads once is seen before clmagic starts it
     try:
         platforms = cl.get_platforms()
     except cl.Error as exc:  # PLATFORM_NOT_FOUND_KHR when the ICD loader finds nothing

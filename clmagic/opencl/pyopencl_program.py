@@ -31,6 +31,8 @@ from typing import Any, NamedTuple
 import pyopencl as cl
 from pyopencl.characterize import has_src_build_cache
 
+from clmagic.opencl import pocl_binary
+
 __all__ = ["CHECKED_AGAINST", "Unbuilt", "missing", "raw_from_source", "raw_from_binaries",
            "bare_build", "raw_of", "unbuilt", "options_of", "no_cache", "adopt", "renew", "log_of"]
 
@@ -80,8 +82,9 @@ def raw_from_source(ctx: cl.Context, source: str | bytes) -> Any:
 
 def raw_from_binaries(ctx: cl.Context, devs: Sequence[cl.Device],
                       binaries: Sequence[bytes]) -> Any:
-    """A C++ program made from one binary per device, not built (``clCreateProgramWithBinary``)."""
-    return cl._cl._Program(ctx, list(devs), list(binaries))
+    """A C++ program made from one binary per device, not built (``clCreateProgramWithBinary``);
+    each POCL binary with a build folder of its own (:func:`.pocl_binary.own_folder`)."""
+    return cl._cl._Program(ctx, list(devs), [pocl_binary.own_folder(b) for b in binaries])
 
 
 def bare_build(raw: Any, options: str, devices: Sequence[cl.Device]) -> None:
