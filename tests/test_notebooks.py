@@ -3,6 +3,7 @@ the first build, a HIT for the same cell in a new kernel, no error output anywhe
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 from html.parser import HTMLParser
@@ -34,6 +35,8 @@ OUTCOMES = {
     # the off-by-one kernel, fixed, the racy reduction, fixed (the checks' Oclgrind builds are
     # the checker child's, not cells')
     "06-finding-bugs.ipynb": (["MISS"] * 4, ["HIT"] * 4),
+    # no %%clkernel cell: Kernel Tuner's programs, through clmagic.install() (tested below)
+    "07-kernel-tuner.ipynb": ([], []),
 }
 WIDGET = "application/vnd.jupyter.widget-view+json"
 
@@ -269,3 +272,23 @@ def test_finding_bugs_finds_each_bug_and_passes_each_fix(twice, oclgrind):
         assert 'data-outcome="CLEAN"' in clean
         assert text_of(output_of(nb, "shifted right:")) == "shifted right: True\n"
         assert text_of(output_of(nb, "group sums match")) == "group sums match numpy: True\n"
+
+
+def test_kernel_tuner_retunes_from_the_cache(twice):
+    """A tune under clmagic.install() and a re-tune, in two kernels: every configuration built
+    once (the first tune of the first kernel), then loaded, with the same kernel facts."""
+    first, second = twice("07-kernel-tuner.ipynb")
+    if importlib.util.find_spec("kernel_tuner") is None:  # the notebook says so and skips
+        assert "pip install 'clmagic[tune]'" in text_of(output_of(first, "import numpy"))
+        return
+    tunes = [list(frame_rows(output_of(nb, marker)).values())
+             for nb in (first, second) for marker in ("first = tune()", "second = tune()")]
+    words = [[r["clmagic_outcome"] for r in rows] for rows in tunes]
+    # row 0: Kernel Tuner's warm-up built that configuration just before, so it is served
+    assert [w[1:] for w in words] == [["MISS", "MISS"]] + [["HIT", "HIT"]] * 3, words
+    assert {w[0] for w in words} <= {"HIT", "MEMORY"}, words
+    for rows in tunes:
+        assert [(r["block_size_x"], r["local_mem"]) for r in rows] == [
+            ("4", "128"), ("8", "512"), ("16", "2048")]  # 2 tiles of x * y floats
+        assert all(int(r["work_group_size"]) >= 16 * 16 for r in rows)
+    assert "re-tune" in text_of(output_of(first, "compile time, all configurations"))
