@@ -53,6 +53,7 @@ class Unkeyable(ClmagicError):
 
 
 __all__ = ["find_headers", "strip_comments", "includes_of", "option_inputs", "driver_flags",
+           "working_folder",
            "Headers", "headers_changed", "MAX_HEADERS", "MAX_HEADER_BYTES", "Unkeyable",
            "DRIVER_FLAG_VARS"]
 
@@ -243,6 +244,16 @@ def option_inputs(tokens: Sequence[str]) -> OptionInputs:
     return OptionInputs(dirs, files)
 
 
+def working_folder() -> str:
+    """The working folder the compiler searches, or ``""`` where it was removed (``os.rmdir``
+    of the current folder): a removed folder holds no files, so its relative paths find none,
+    for the drivers as for the search; ``""`` is keyed as such and the build goes on."""
+    try:
+        return os.getcwd()
+    except FileNotFoundError:
+        return ""
+
+
 def driver_flags() -> dict[str, str]:
     """The build flags drivers add from the environment (``{NAME: value}`` of those set), for
     the key and for :func:`find_headers`. Raises :class:`Unkeyable` where the value now may not
@@ -318,7 +329,7 @@ def find_headers(
     depend on where the project lives, only on what the compiler can read. ``include_dirs``
     adds folders (older callers). Raises :class:`Unkeyable` where clmagic cannot tell.
     """
-    cwd = cwd or os.getcwd()
+    cwd = working_folder() if cwd is None else cwd
     extra = _inputs_of(options)
     dirs = list(dict.fromkeys([*include_dirs, *extra.dirs]))
     slots = [(f"-I{d}", os.path.join(cwd, d)) for d in dirs]

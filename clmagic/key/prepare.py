@@ -26,7 +26,14 @@ from dataclasses import dataclass, field
 from clmagic._memo import remember
 from clmagic.key.clock import clock_reason
 from clmagic.key.digest import cache_key
-from clmagic.key.includes import DRIVER_FLAG_VARS, Headers, Unkeyable, driver_flags, find_headers
+from clmagic.key.includes import (
+    DRIVER_FLAG_VARS,
+    Headers,
+    Unkeyable,
+    driver_flags,
+    find_headers,
+    working_folder,
+)
 from clmagic.key.manifest import Manifest, Remembered, name_of
 from clmagic.key.options import BuildOptions, parse_options
 from clmagic.key.source import check_source, normalise_source, preview
@@ -94,7 +101,7 @@ def prepare(source: str | bytes, options: Options, info: DeviceInfo,
     args: tuple[object, ...] = (source, options, info.fingerprint,
                                 *map(os.environ.get, DRIVER_FLAG_VARS))
     prepared = memo.get(args)
-    cwd = os.getcwd()
+    cwd = working_folder()
     if prepared is not None and unchanged(prepared.files, cwd):
         return prepared
     name = name_of(args) if manifest is not None else None
@@ -119,7 +126,7 @@ def complete(prepared: Prepared, info: DeviceInfo) -> Prepared:
     if prepared.partial is None:
         return prepared
     source, options = prepared.partial
-    return _prepare(source, options, info, os.getcwd())
+    return _prepare(source, options, info, working_folder())
 
 
 def _prepare(source: str | bytes, options: Options, info: DeviceInfo, cwd: str) -> Prepared:

@@ -12,7 +12,10 @@ lines read (one block per function)::
 
 A figure the log does not print is ``None``; the one exception is shared memory on a ``Used``
 line, which ptxas leaves out when it is zero (so a ``Used`` line without ``smem`` means 0 bytes).
-Nothing here imports pyopencl: the parser is plain text, tested on real ptxas lines.
+Only ptxas's own lines are read: in its format from the line's start, never the source line a
+compiler diagnostic echoes (a ``#warning`` can say anything), and only on NVIDIA
+(:func:`clmagic.opencl.facts.gather`). Nothing here imports pyopencl: the parser is plain
+text, tested on real ptxas lines.
 """
 
 from __future__ import annotations
@@ -27,9 +30,12 @@ _PROPS = re.compile(r"Function properties for '?([^'\s:]+)'?")
 _FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
 _USED = re.compile(r"\bused (\d+) registers", re.IGNORECASE)
 _SMEM = re.compile(r"(\d+) bytes smem")
-#: a line that is ptxas's (or nvJitLink's ``info :``) resource report
-_REPORT = re.compile(r"^\s*(?:ptxas\b|info\s*:)")
-
+#: a line in the format of ptxas's (or nvJitLink's ``info :``) resource report, from its start
+_REPORT = re.compile(r"^(?:ptxas(?: info\s*:|\s+\.)|info\s*:)")
+#: nvcc's continuation line of a ``Function properties`` line: indented figures alone
+_CONTINUED = re.compile(r"^\s+\d+ bytes stack frame, ")
+#: the caret line under a source line a compiler diagnostic quotes
+_CARET = re.compile(r"^\s*\^[~^\s]*$")
 
 @dataclass(frozen=True)
 class PtxasUsage:
@@ -49,9 +55,26 @@ class PtxasUsage:
         return (self.spill_stores or 0) + (self.spill_loads or 0)
 
 
+def _report(log: str) -> list[str]:
+    """The lines of ``log`` that are ptxas's own: in its format from the line's start (a
+    ``#warning`` or ``#pragma message`` the source holds is printed after a location), never a
+    source line a diagnostic quotes (the line above a caret line), whatever it says."""
+    lines = log.splitlines()
+    out: list[str] = []
+    properties = False
+    for i, line in enumerate(lines):
+        quoted = i + 1 < len(lines) and _CARET.match(lines[i + 1]) is not None
+        if not quoted and (_REPORT.match(line) or (properties and _CONTINUED.match(line))):
+            out.append(line.rstrip())
+            properties = "Function properties for" in line
+        else:
+            properties = False
+    return out
+
+
 def ptxas_lines(log: str) -> list[str]:
     """The lines of ``log`` that are ptxas's resource report (to show beside the figures)."""
-    return [ln.rstrip() for ln in log.splitlines() if _REPORT.match(ln)]
+    return _report(log)
 
 
 def parse_ptxas(log: str) -> dict[str, PtxasUsage]:
@@ -60,7 +83,7 @@ def parse_ptxas(log: str) -> dict[str, PtxasUsage]:
     function named last (``Compiling entry function`` or ``Function properties for``)."""
     found: dict[str, PtxasUsage] = {}
     current: str | None = None
-    for line in log.splitlines():
+    for line in _report(log):
         named = _ENTRY.search(line) or _PROPS.search(line)
         if named:
             current = named.group(1)

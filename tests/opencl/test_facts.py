@@ -85,10 +85,10 @@ def test_argument_names_only_where_the_driver_keeps_them(pocl, oclgrind):
             kernels["saxpy"].get_arg_info(i, cl.kernel_arg_info.NAME) for i in range(3)]
 
 
-def test_ptxas_figures_come_from_the_log_only(pocl):
-    """The log's ptxas figures go to the kernel they name; a kernel the log does not name gets
-    none (gather's log argument on a POCL kernel: the figures are the log's, the rest the
-    driver's)."""
+def test_ptxas_figures_come_from_nvidias_driver_only(pocl):
+    """ptxas lines in a log are NVIDIA's report only on NVIDIA: on POCL they can only be the
+    source's (a ``#warning`` says what it likes), so no kernel gets figures from them; the
+    rest is the driver's."""
     dev = _device(pocl)
     _, kernels = _program(dev)
     log = ("ptxas info    : Compiling entry function 'saxpy' for 'sm_90'\n"
@@ -96,9 +96,8 @@ def test_ptxas_figures_come_from_the_log_only(pocl):
            "ptxas         .     0 bytes stack frame, 4 bytes spill stores, 8 bytes spill loads\n"
            "ptxas info    : Used 32 registers, 360 bytes cmem[0]\n")
     facts = gather(kernels, dev, log)
-    assert (facts["saxpy"].registers, facts["saxpy"].spills, facts["saxpy"].shared_mem) == (
-        32, 12, 0)
-    assert facts["tile"].registers is None and facts["tile"].spills is None
+    assert all(f.registers is None and f.spills is None for f in facts.values()), facts
+    assert facts["saxpy"].work_group_size
 
 
 def test_json_round_trip_and_lenient_reading():

@@ -103,3 +103,35 @@ def test_the_ptx_entries_are_the_kernels_not_the_functions():
 
     assert ptx_entries(NV_PTX) == ["heavy", "saxpy", "cuda_style", "weak_one"]
     assert ptx_entries("// .entry in_a_comment(\n.func f(\n") == []
+
+
+# -- lines the source controls are never the driver's ------------------------------------------
+
+MIMIC = ("#warning ptxas info    : Compiling entry function 'k' for 'sm_90'\n"
+         "#warning ptxas info    : Used 3 registers, used 0 barriers\n"
+         "#pragma message \"ptxas info    : Used 4 registers\"\n"
+         "__kernel void k(__global int *a) { a[0] = 1; }\n")
+
+
+def test_warnings_that_mimic_ptxas_say_nothing(pocl):
+    """Two ``#warning`` lines in ptxas's format: POCL's log holds them (after a location, and
+    quoted above a caret); no figure comes of them, neither from the parser nor from the
+    kernel facts of a real build."""
+    import clmagic
+    from clmagic.config import Settings
+
+    c = clmagic.Compiler(Settings.from_env({"CLMAGIC_CACHE_DIR": "off", "CLMAGIC_DEVICE": pocl}))
+    r = c.build(MIMIC)
+    assert "Used 3 registers" in r.build_log  # the source's lines are in the log
+    assert parse_ptxas(r.build_log) == {} and ptxas_lines(r.build_log) == []
+    assert r.kernel_info["k"].registers is None
+
+
+def test_a_quoted_source_line_is_not_the_report():
+    """Even on NVIDIA, a source line that a diagnostic quotes (the line above the caret) is the
+    source's, whatever it says, while the report after it is read."""
+    log = ("<kernel>:2:1: warning: unused variable 'x'\n"
+           "ptxas info    : Used 3 registers, used 0 barriers\n"
+           "^~~~~\n" + NV_OPENCL)
+    got = parse_ptxas(log)
+    assert got["saxpy"].registers == 8 and "Used 3 registers" not in " ".join(ptxas_lines(log))
