@@ -24,10 +24,11 @@ clmagic uses is named once.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import dataclasses
 import os
 import re
-import tempfile
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -49,41 +50,74 @@ CHATTER = re.compile(
     rb"^\d+ (?:warnings?|errors?)(?: and \d+ (?:warnings?|errors?))? generated\.\s*$")
 _quiet_lock = threading.Lock()
 _quiet_depth = 0
-_quiet_saved: tuple[int, Any] | None = None
+_quiet_saved: int | None = None  # fd 2 as it was before the redirect
 
 
 @contextmanager
 def quiet_driver() -> Iterator[None]:
     """Keep the driver's compiler chatter ("1 warning generated.") off the process's stderr (a
-    notebook shows it in a red box) while a build runs; anything else it prints goes through.
-    The build log holds the warnings themselves. Builds in several threads share one redirect."""
+    notebook shows it in a red box) while a build runs; anything else written to stderr goes
+    through. The build log holds the warnings themselves. Builds in several threads share one
+    redirect.
+
+    Why a pipe and a thread rather than a file: while fd 2 points elsewhere, other threads and
+    the processes they start write there too. Into a pipe, whose reader forwards each line
+    (but the chatter) to the real stderr as it comes, until the last writer is gone: so a child
+    process another thread starts during a build keeps its stderr after the build ends."""
     global _quiet_depth, _quiet_saved
     with _quiet_lock:
         _quiet_depth += 1
         if _quiet_depth == 1:
-            try:
-                sink = tempfile.TemporaryFile()
-                saved = os.dup(2)
-                os.dup2(sink.fileno(), 2)
-                _quiet_saved = (saved, sink)
-            except OSError:
-                _quiet_saved = None
+            _redirect()
     try:
         yield
     finally:
         with _quiet_lock:
             _quiet_depth -= 1
             if _quiet_depth == 0 and _quiet_saved is not None:
-                saved, sink = _quiet_saved
-                _quiet_saved = None
-                os.dup2(saved, 2)
+                saved, _quiet_saved = _quiet_saved, None
+                os.dup2(saved, 2)  # the pipe's write end: held now only by children, if any
                 os.close(saved)
-                sink.seek(0)
-                rest = b"".join(ln for ln in sink.read().splitlines(keepends=True)
-                                if not CHATTER.match(ln))
-                sink.close()
-                if rest:
-                    os.write(2, rest)
+
+
+def _redirect() -> None:
+    """Point fd 2 at a pipe whose reader forwards to the real stderr, fd 2 as it was kept in
+    ``_quiet_saved`` first (a child forked from here on gives it back to itself); left as it
+    was when the process has no descriptors to spare."""
+    global _quiet_saved
+    try:
+        read, write = os.pipe()
+    except OSError:
+        return None
+    try:
+        saved, out = os.dup(2), os.dup(2)
+    except OSError:
+        os.close(read)
+        os.close(write)
+        return
+    threading.Thread(target=_forward, args=(read, out), name="clmagic-stderr",
+                     daemon=True).start()
+    _quiet_saved = saved
+    os.dup2(write, 2)
+    os.close(write)
+
+
+def _forward(read: int, out: int) -> None:
+    """Copy ``read`` to ``out`` line by line, leaving out the driver's chatter, until EOF."""
+    rest = b""
+    try:
+        while chunk := os.read(read, 65536):
+            *lines, rest = (rest + chunk).split(b"\n")
+            kept = b"".join(ln + b"\n" for ln in lines if not CHATTER.match(ln + b"\n"))
+            if kept:
+                os.write(out, kept)
+        if rest and not CHATTER.match(rest):
+            os.write(out, rest)
+    except OSError:
+        pass
+    finally:
+        os.close(read)
+        os.close(out)
 
 
 @dataclass(frozen=True)
@@ -107,6 +141,11 @@ class Built:
     once_ms: float = 0.0
     once_what: str = ""
 
+    def with_once(self, ms: float, what: str) -> Built:
+        """This build with ``ms`` more of one-time cost, and what it was."""
+        return dataclasses.replace(self, once_ms=self.once_ms + ms, once_what="; ".join(
+            w for w in (self.once_what, what) if w))
+
 
 class BuildFailed(Exception):
     """The driver refused the source; ``log`` is what it said."""
@@ -122,7 +161,7 @@ def _after_fork() -> None:
     global _quiet_lock, _quiet_depth, _quiet_saved
     _quiet_lock, _quiet_depth = threading.Lock(), 0
     if _quiet_saved is not None:
-        saved, _quiet_saved = _quiet_saved[0], None
+        saved, _quiet_saved = _quiet_saved, None
         try:
             os.dup2(saved, 2)
             os.close(saved)
@@ -133,14 +172,16 @@ def _after_fork() -> None:
 after_fork(_after_fork)
 
 
-def from_source(ctx: cl.Context, devs: Sequence[cl.Device], source: str, options: str,
-                kernels: bool = True) -> Built:
+def from_source(ctx: cl.Context, devs: Sequence[cl.Device], source: str | bytes, options: str,
+                kernels: bool = True, quiet: bool = True) -> Built:
     """Build ``source`` for ``devs`` in one driver call, with exactly ``options``; raises
-    :class:`BuildFailed` with the driver's log when it refuses."""
+    :class:`BuildFailed` with the driver's log when it refuses. The program is made in ``ctx``
+    for all of its devices and built for ``devs`` (as pyopencl's own source build makes it).
+    ``quiet``: the driver's chatter is kept off stderr (:func:`quiet_driver`)."""
     prg = pyopencl_program.raw_from_source(ctx, source)
     t = time.perf_counter()
     try:
-        with quiet_driver():
+        with quiet_driver() if quiet else contextlib.nullcontext():
             pyopencl_program.bare_build(prg, options, devs)
     except cl.Error as exc:
         raise BuildFailed(_logs(prg, devs) or str(exc)) from None

@@ -34,7 +34,8 @@ from pyopencl.characterize import has_src_build_cache
 from clmagic.opencl import pocl_binary
 
 __all__ = ["CHECKED_AGAINST", "Unbuilt", "missing", "raw_from_source", "raw_from_binaries",
-           "bare_build", "raw_of", "unbuilt", "options_of", "no_cache", "adopt", "renew", "log_of"]
+           "bare_build", "raw_of", "unbuilt", "options_of", "no_cache", "adopt", "renew", "log_of",
+           "info_of", "INFOS", "ASK_DRIVER"]
 
 #: the pyopencl release these names were read in
 CHECKED_AGAINST = "2026.1.4"
@@ -45,6 +46,17 @@ class _Adopted(NamedTuple):
     program: weakref.ref[cl.Program]
     #: the build log of the program's one device (``None`` for several: the driver's then)
     log: str | None
+    #: what pyopencl's own build would have made, where the program was loaded from binaries
+    #: on a device with a source cache of its own (see :func:`info_of`); ``None``: the driver's
+    made: _AsMade | None = None
+
+
+class _AsMade(NamedTuple):
+    """A program made from source in its context (pyopencl's build on POCL, NVIDIA): its source
+    and every device of the context, of which those built have a binary."""
+
+    source: str | bytes
+    devices: list[cl.Device]
 
 
 #: the programs the hook built, by ``id`` (their C++ program is clmagic's: loaded from a binary, or
@@ -119,22 +131,27 @@ def no_cache() -> bool:
 
 
 def adopt(program: cl.Program, built: cl.Program, duration: tuple[str, bool, float],
-          log: str) -> None:
+          log: str, loaded: bool = False) -> None:
     """Make ``program`` (made from source, not built) the program ``built``, in the state
     pyopencl's own ``build`` would leave it: built, its duration noted, and, where pyopencl would
     have built through its binary cache (a device without a source cache of its own, caching not
     turned off), its context attribute deleted as pyopencl deletes it (a second ``build`` or a
     ``compile`` then fails there as it does without clmagic). ``log`` is the build's log as
-    clmagic has it (a program loaded from a binary has no log of its own): see :func:`log_of`."""
+    clmagic has it (a program loaded from a binary has no log of its own): see :func:`log_of`.
+    ``loaded``: ``built`` was made from binaries; where pyopencl would have made it from source
+    (a device with a source cache of its own), :func:`info_of` answers its source and devices
+    as pyopencl's program would."""
     ctx = program._context
     raw = raw_of(built)
     program._prg = raw
     program._build_duration_info = duration
     key = id(program)
     one = len(raw.get_info(cl.program_info.DEVICES)) == 1
+    source_build = no_cache() or has_src_build_cache(ctx.devices[0])
+    made = _AsMade(program._source, list(ctx.devices)) if loaded and source_build else None
     _adopted[key] = _Adopted(weakref.ref(program, lambda _: _adopted.pop(key, None)),
-                             log if one else None)
-    if not no_cache() and not has_src_build_cache(ctx.devices[0]):
+                             log if one else None, made)
+    if not source_build:
         del program._context
 
 
@@ -157,6 +174,38 @@ def renew(program: cl.Program) -> bool:
 def _adoption(program: cl.Program) -> _Adopted | None:
     held = _adopted.get(id(program))
     return held if held is not None and held.program() is program else None
+
+
+#: the program infos :func:`info_of` may answer, and the ``Program`` properties that read them
+INFOS = {"source": cl.program_info.SOURCE, "devices": cl.program_info.DEVICES,
+         "num_devices": cl.program_info.NUM_DEVICES,
+         "binary_sizes": cl.program_info.BINARY_SIZES, "binaries": cl.program_info.BINARIES}
+#: :func:`info_of`'s answer when the driver's own is the right one
+ASK_DRIVER = object()
+
+
+def info_of(program: cl.Program, param: Any) -> object:
+    """``get_info(param)`` of a program the hook loaded from binaries where pyopencl would have
+    built it from source in its context: the source as given, every device of the context,
+    and binaries (sizes) for the devices built, empty for the others, in the context's order;
+    :data:`ASK_DRIVER` for any other program or info."""
+    held = _adopted.get(id(program)) if _adopted else None
+    if held is None or held.made is None or held.program() is not program:
+        return ASK_DRIVER
+    made = held.made
+    if param == cl.program_info.SOURCE:
+        return made.source.decode() if isinstance(made.source, bytes) else made.source
+    if param == cl.program_info.DEVICES:
+        return list(made.devices)
+    if param == cl.program_info.NUM_DEVICES:
+        return len(made.devices)
+    if param in (cl.program_info.BINARY_SIZES, cl.program_info.BINARIES):
+        raw = raw_of(program)
+        have = dict(zip(raw.get_info(cl.program_info.DEVICES), raw.get_info(param),
+                        strict=True))
+        empty: object = 0 if param == cl.program_info.BINARY_SIZES else b""
+        return [have.get(d, empty) for d in made.devices]
+    return ASK_DRIVER
 
 
 def log_of(program: cl.Program, param: Any) -> str | None:

@@ -37,7 +37,6 @@ import os
 import sys
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable
 from types import FrameType
 from typing import Any
@@ -45,7 +44,6 @@ from typing import Any
 import pyopencl as cl
 from pyopencl.characterize import has_src_build_cache
 
-from clmagic._memo import remember
 from clmagic._warn import warn_once
 from clmagic.errors import ClmagicError
 from clmagic.key.options import exact_options
@@ -58,12 +56,8 @@ __all__ = ["install", "uninstall", "installed", "origin_of"]
 _lock = threading.Lock()
 _local = threading.local()
 #: pyopencl's own ``Program`` methods while the hook is in place (their names: ``_WRAPPERS``)
-_originals: dict[str, Callable[..., Any]] = {}
+_originals: dict[str, Any] = {}
 _compiler_of: Callable[[], Compiler] | None = None
-#: the programs (their keys) served from the cache whose stored log was reported in this process
-_reported: OrderedDict[tuple[str, ...], None] = OrderedDict()
-#: how many such programs are remembered (the oldest forgotten first: reported again)
-REPORTED_MAX = 4096
 
 
 def installed() -> bool:
@@ -144,37 +138,17 @@ def _hooked(original: Callable[..., cl.Program]) -> Callable[..., cl.Program]:
             _local.busy = False
         if built is None:
             return original(self, options, devices, cache_dir)
-        cached = built.outcome in (Outcome.HIT, Outcome.MEMORY)
+        cached = built.outcome in _LOADED
         descr = "clmagic cache retrieval" if cached else "clmagic source build"
         internals.adopt(self, built.program, (descr, cached, time.perf_counter() - t0),
-                        built.build_log)
-        if built.build_log and _first_report(built):
-            _report(_log_message(source.context, built, cached))
+                        built.build_log, loaded=cached)
+        message = _log_message(source.context, devices, built, cached)
+        if message:
+            _report(message)
         return self
 
     build.__clmagic_hook__ = True  # type: ignore[attr-defined]
     return build
-
-
-def _first_report(built: ProgramBuild) -> bool:
-    """Whether the log of ``built`` is reported now: always for a build the driver made here
-    (a MISS: pyopencl's own build reports it too), and for a program served from the cache
-    (HIT, MEMORY) only when this process has not reported its log yet. Why once: the stored
-    log is the first build's, and pyopencl's warm path reports what the driver says now: on a
-    driver whose cache hands back no log, nothing (NVIDIA's, issue 23: 119 warnings with the
-    hook, 2 without, a new context per test replaying the same few logs); on POCL, whose cache
-    keeps the log, the same log again, which a user sees once anyway (Python's default filter
-    shows a warning once per place and text). So a HIT shows no warning
-    pyopencl's warm path does not, and the first HIT of a program that warned still says so."""
-    key = tuple(rec.key for rec in built.records)
-    cached = built.outcome in (Outcome.HIT, Outcome.MEMORY)
-    if cached and built.records and _driver_cache_is_silent(built.records[0].device.platform_name):
-        return False
-    with _lock:
-        if key in _reported and cached:
-            return False
-        remember(_reported, key, None, REPORTED_MAX)
-    return True
 
 
 def _driver_cache_is_silent(platform_name: str) -> bool:
@@ -195,14 +169,22 @@ def _report(text: str) -> None:
     cl.compiler_output(text)
 
 
-def _log_message(context: cl.Context, built: ProgramBuild, cached: bool) -> str:
-    """pyopencl's own words for a build with a log: a retrieval from its binary cache on a
-    device without a source cache of its own (Oclgrind, most GPUs), else a source build (POCL,
-    NVIDIA). ``pyopencl.compiler_output`` shows them with ``PYOPENCL_COMPILER_OUTPUT=1`` and a
-    fixed line otherwise; it is called from one place here, so Python's default filter shows
-    the fixed line once, as it does for pyopencl's one call site."""
-    device = built.records[0].device.label if built.records else "the device"
-    said = f"Build on {device} succeeded, but said:\n\n{built.build_log}"
+def _log_message(context: cl.Context, devices: Any, built: ProgramBuild, cached: bool) -> str:
+    """What pyopencl's own path would report of this build, in its words, or "": at every
+    build with a log, as pyopencl does (a retrieval from its binary cache on a device without
+    a source cache of its own (Oclgrind, most GPUs), else a source build (POCL, NVIDIA)), but
+    for a program served from the cache where pyopencl's path gets no log back from the
+    driver's own cache (NVIDIA's JIT cache: :func:`_driver_cache_is_silent`).
+    ``pyopencl.compiler_output`` shows them with ``PYOPENCL_COMPILER_OUTPUT=1`` and a fixed line
+    otherwise; it is called from one place here, so Python's default filter shows the fixed
+    line once, as it does for pyopencl's one call site."""
+    devs = list(devices) if devices else list(context.devices)
+    logs = [rec.build_log for rec in built.records]
+    said = (75 * "=" + "\n").join(f"Build on {dev} succeeded, but said:\n\n{log}"
+                                  for dev, log in zip(devs, logs, strict=False)
+                                  if log and log.strip())
+    if not said or (cached and _driver_cache_is_silent(built.records[0].device.platform_name)):
+        return ""
     if cached and not internals.no_cache() and not has_src_build_cache(context.devices[0]):
         return ("Built kernel retrieved from cache. Original from-source build had warnings:\n"
                 + said)
@@ -229,8 +211,33 @@ def _build_info_hooked(original: Callable[..., Any]) -> Callable[..., Any]:
     return get_build_info
 
 
-_WRAPPERS: dict[str, Callable[[Callable[..., Any]], Callable[..., Any]]] = {
-    "build": _hooked, "compile": _compile_hooked, "get_build_info": _build_info_hooked}
+def _info_hooked(original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def get_info(self: cl.Program, param: Any) -> Any:
+        answer = internals.info_of(self, param)
+        return original(self, param) if answer is internals.ASK_DRIVER else answer
+
+    get_info.__clmagic_hook__ = True  # type: ignore[attr-defined]
+    return get_info
+
+
+def _info_property(param: Any) -> Callable[[Any], property]:
+    """``Program.source`` and the like read ``get_info`` as pyopencl bound it when it made them:
+    each is given a property that reads the hooked ``get_info``."""
+    def wrap(original: Any) -> property:
+        def read(self: cl.Program) -> Any:
+            return self.get_info(param)
+        return property(read, doc=getattr(original, "__doc__", None))
+    return wrap
+
+
+#: what outcomes mean a program loaded from a stored binary
+_LOADED = (Outcome.HIT, Outcome.MEMORY, Outcome.REKEYED)
+
+_WRAPPERS: dict[str, Callable[[Any], Any]] = {
+    "build": _hooked, "compile": _compile_hooked, "get_build_info": _build_info_hooked,
+    "get_info": _info_hooked,
+    **{name: _info_property(param) for name, param in internals.INFOS.items()}}
 
 
 def _from_source(prg: cl.Program, cache_dir: Any) -> internals.Unbuilt | None:

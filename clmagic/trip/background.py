@@ -46,7 +46,8 @@ from clmagic._warn import warn_once
 if TYPE_CHECKING:
     from clmagic.store import Store
 
-__all__ = ["Saver", "Pending", "HitCounter", "flush_all", "wait_everywhere", "exiting",
+__all__ = ["Saver", "Pending", "HitCounter", "flush_all", "wait_everywhere", "pending_everywhere",
+           "exiting",
            "driver_work", "EXIT_WAIT_S", "FORKED_NOTE"]
 
 #: the longest the process's normal exit waits for the saves still queued or running, in all
@@ -304,6 +305,11 @@ def wait_everywhere(tag: Hashable) -> None:
         return
     for saver in list(_SAVERS):
         saver.wait(tag)
+
+
+def pending_everywhere(tag: Hashable) -> bool:
+    """Whether a saver of this process has a job tagged ``tag`` not finished yet (no waiting)."""
+    return bool(_TAGGED) and any(saver.pending(tag) for saver in list(_SAVERS))
 
 
 def flush_all(timeout: float | None = None) -> bool:

@@ -1,15 +1,13 @@
-"""The build trip: prepare → memory → store → driver → save, and the result it hands back.
+"""The public front of the build trip: :class:`Compiler`.
 
-One :class:`~clmagic.trip.records.Record` per trip and device: the history keeps it, the result
-under the cell shows it, and a saved entry is made from it (:meth:`Record.entry`).
 :meth:`Compiler.build` builds a cell's source for one device and makes its kernels;
 :meth:`Compiler.build_program` builds in a caller's context for its devices, making no kernels
-(:mod:`clmagic.trip.programs`, what :mod:`clmagic.process.hook` needs); the first step, the key,
-is :mod:`clmagic.key.prepare`.
+(what :mod:`clmagic.process.hook` needs). Both are the one trip of :mod:`clmagic.trip.route`
+(lookup, rekey, build what is missing, save in the background, records); the first step, the
+key, is :mod:`clmagic.key.prepare`.
 
 :class:`Compiler` is a thin front: what it keeps between trips, and every step that reads or
-changes it, belong to its :class:`~clmagic.trip.state.TripState` (``compiler.state``), which the
-rekey, multi-device and save steps are handed too. Here is the order of the steps alone.
+changes it, belong to its :class:`~clmagic.trip.state.TripState` (``compiler.state``).
 """
 
 from __future__ import annotations
@@ -19,25 +17,18 @@ from collections.abc import Iterable, Sequence
 
 import pyopencl as cl
 
-from clmagic._warn import warn_once
 from clmagic.config import Settings
-from clmagic.errors import BuildError, ClmagicError, DeviceError
-from clmagic.key.includes import headers_changed
+from clmagic.errors import ClmagicError, DeviceError
 from clmagic.key.options import BuildOptions
 from clmagic.key.prepare import Options
 from clmagic.key.source import MAX_SOURCE, normalise_source
 from clmagic.opencl import devices as _devices
-from clmagic.opencl import driver
 from clmagic.opencl.devices import DeviceInfo
-from clmagic.outcome import Outcome
 from clmagic.store import Store, store_for
 from clmagic.store.lifetime import Counters
-from clmagic.trip import programs, rekey
-from clmagic.trip import save as saves
-from clmagic.trip.background import Pending, flush_all
+from clmagic.trip import route
+from clmagic.trip.background import flush_all
 from clmagic.trip.history import History
-from clmagic.trip.missed import why_missed
-from clmagic.trip.records import Record
 from clmagic.trip.results import BuildResult, ProgramBuild
 from clmagic.trip.state import TripState
 from clmagic.trip.underway import Trip
@@ -155,7 +146,7 @@ class Compiler:
         use_cache: bool = True,
         line_offset: int = 0,
     ) -> BuildResult:
-        """Build ``source`` for one device, through the caches.
+        """Build ``source`` for one device, through the caches, and make its kernels.
 
         ``line_offset`` shifts line numbers in a build log (the magic passes 1 so they match
         the cell). The key covers every header the source may ``#include`` (see
@@ -164,58 +155,11 @@ class Compiler:
         for a source that cannot be compiled at all (empty, only comments, not UTF-8, NUL
         characters, over :data:`MAX_SOURCE` bytes).
         """
-        state = self._state
         trip = self._start(source, options, device, context, line_offset)
-        if not use_cache or trip.prep.unkeyable:
-            return self._bypass(trip)
-        built = state.recall(trip.memo, trip.ctx)
-        if built is not None:
-            return state.finish(trip, Outcome.MEMORY, built, note="memory")
-        built, outcome, note = state.from_store(trip)
-        if built is not None:
-            return state.finish(trip, outcome, built, note=note)
-        trip = trip.completed()  # a miss: the headers are read for the rekey and the build
-        code = rekey.code_key_for(state, trip)
-        if code.key is not None:
-            found = rekey.by_code(state, trip, code.key)
-            if found is not None:
-                return found
-        return self._built(trip, outcome, self._compile(trip), code.key)
-
-    def _built(self, trip: Trip, outcome: Outcome, built: driver.Built,
-               code_key: str | None) -> BuildResult:
-        """The result of a trip the driver built: kept in memory and saved in the background,
-        unless the headers changed while it built (then kept nowhere)."""
-        state = self._state
-        changed = headers_changed(trip.prep.files)
-        if changed:  # the binary may be of other contents than the key covers: keep it nowhere
-            warn_once(f"not cached: {changed}")
-            return state.finish(trip, outcome, built, note=f"not saved: {changed}")
-        state.keep(trip.memo, built)
-        store = state.store
-        if store is None:
-            return state.finish(trip, outcome, built, note="cache off (memory only)",
-                                code_key=code_key)
-        why = ""
-        if outcome == Outcome.MISS:  # listed before this build's own entry is saved
-            why = why_missed(store, state.record(trip.info, trip.prep, trip.t0, outcome, built,
-                                                 code_key=code_key))
-
-        def save(rec: Record, kept: Record | None) -> Pending[Record]:
-            return saves.save_later(state, rec, kept, built.program, trip.dev, why,
-                                    trip.prep.files)
-
-        return state.finish(trip, outcome, built, note=f"{why} · saving" if why else "saving",
-                            code_key=code_key, save=save)
-
-    def _bypass(self, trip: Trip) -> BuildResult:
-        """Build with the driver alone: asked for, or includes the key cannot cover."""
-        built = self._compile(trip)
-        why = trip.prep.unkeyable
-        if why:
-            warn_once(f"not cached: {why}")
-        note = f"not cached: {why}" if why else "cache bypassed"
-        return self._state.finish(trip, Outcome.BYPASS, built, note=note)
+        done = route.travel(self._state, trip, use_cache)
+        assert trip.queue is not None
+        return BuildResult(done.built.program, done.built.kernels, trip.ctx, trip.queue,
+                           trip.prep.opts, done.records[0], done.pending)
 
     def _start(self, source: str | bytes, options: Options, device: object,
                context: cl.Context | None, line_offset: int) -> Trip:
@@ -233,24 +177,25 @@ class Compiler:
         ctx, queue = _devices.context_for(info, dev)
         t0 = time.perf_counter()
         setup = (t0 - t_setup) * 1000  # microseconds, but on a device's first use in a process
-        return Trip(self._state.prepare(source, options, info), info, dev, ctx, queue,
-                    line_offset, t0, setup)
-
-    def _compile(self, trip: Trip) -> driver.Built:
-        """The trip's program from source; a build the driver refuses is recorded as FAILED."""
-        try:
-            return self._state.compile(trip.ctx, [trip.dev], trip.info.label, trip.prep,
-                                       trip.line_offset)
-        except BuildError as exc:
-            self._state.failed([trip.info], trip.prep, trip.t0, exc)
-            raise
+        return Trip((self._state.prepare(source, options, info),), (info,), (dev,), ctx, queue,
+                    t0, line_offset=line_offset, setup_ms=setup)
 
     def build_program(self, context: cl.Context, source: str | bytes,
                       options: str | BuildOptions | None = None,
                       devices: Sequence[cl.Device] | None = None, *,
                       origin: str = "cell") -> ProgramBuild:
         """Build ``source`` in the caller's ``context`` for ``devices`` (default: all of the
-        context's), through the caches, making no kernels: what :mod:`clmagic.process.hook` needs
-        (see :func:`clmagic.trip.programs.build_program`)."""
-        return programs.build_program(self._state, context, source, options, devices,
-                                      origin=origin)
+        context's), through the caches, making no kernels: what :mod:`clmagic.process.hook`
+        needs. The program is made as pyopencl's own source build makes it (from ``source`` as
+        given, in ``context``) unless every device's binary is stored (then from those, HIT);
+        nothing of the caller's is kept in memory. One record per device, marked with
+        ``origin``. Raises :class:`BuildError` / :class:`ClmagicError` as :meth:`build` does."""
+        devs = tuple(devices) if devices else tuple(context.devices)
+        infos = tuple(_devices.identity(d) for d in devs)
+        t0 = time.perf_counter()
+        preps = tuple(self._state.prepare(source, options, i) for i in infos)
+        trip = Trip(preps, infos, devs, context, None, t0, text=source, origin=origin,
+                    caller=True)
+        done = route.travel(self._state, trip)
+        return ProgramBuild(done.built.program, done.outcome, list(done.records),
+                            done.built.log)

@@ -1,54 +1,48 @@
 """REKEYED: on an exact-key miss, the binary of a stored entry of the same code (only comments
 or spacing changed, :mod:`clmagic.key.code`) is loaded instead of built, and saved under the new
-key too. The steps of :meth:`Compiler.build <clmagic.trip.compiler.Compiler.build>` that do it,
+key too. The steps :func:`clmagic.trip.route.travel` takes for it, for each device that missed,
 on the trip's :class:`~clmagic.trip.state.TripState`."""
 
 from __future__ import annotations
 
-import dataclasses
-
+from clmagic.entry import Entry
 from clmagic.errors import CorruptEntry
 from clmagic.key.digest import CodeKey, code_key_of
-from clmagic.outcome import Outcome
-from clmagic.trip.background import wait_everywhere
-from clmagic.trip.results import BuildResult
-from clmagic.trip.save import not_saved
+from clmagic.key.prepare import Prepared
+from clmagic.opencl.devices import DeviceInfo
+from clmagic.trip.background import pending_everywhere, wait_everywhere
 from clmagic.trip.state import TripState
-from clmagic.trip.underway import Trip
 
-__all__ = ["code_key_for", "by_code"]
+__all__ = ["code_key_for", "find", "rekeyed_note"]
 
 
-def code_key_for(state: TripState, trip: Trip) -> CodeKey:
-    """The code key of a trip that missed (on a miss only: the HIT path never pays for it);
+def code_key_for(state: TripState, info: DeviceInfo, prep: Prepared) -> CodeKey:
+    """The code key of a build that missed (on a miss only: the HIT path never pays for it);
     why there is none goes to the debug trace."""
     if state.store is None:
         return CodeKey(None, "no store to rekey from")
-    code = code_key_of(trip.prep.source, trip.prep.opts, trip.info, trip.prep.files,
-                       trip.prep.flags)
+    code = code_key_of(prep.source, prep.opts, info, prep.files, prep.flags)
     if code.key is None:
-        state.event("NOREKEY", trip.prep.key, detail=code.reason)
+        state.event("NOREKEY", prep.key, detail=code.reason)
     return code
 
 
-def by_code(state: TripState, trip: Trip, code: str) -> BuildResult | None:
-    """The trip's result from a stored entry of the same code, loaded (not built) and saved
-    under the trip's key too; ``None`` when the store has none that the driver takes."""
+def find(state: TripState, info: DeviceInfo, code: str, wait: bool = True) -> Entry | None:
+    """A stored entry of the same code, with its binary; ``None`` when the store has none (or
+    only a damaged one: the trip then builds its own). ``wait``: wait for a save of that code
+    under way in this process; otherwise such a save means none (a caller's trip never waits)."""
     store = state.store
-    wait_everywhere((trip.info.fingerprint, "code", code))  # its save may be under way
+    tag = (info.fingerprint, "code", code)
+    if store is None or (not wait and pending_everywhere(tag)):
+        return None
+    wait_everywhere(tag)
     try:
-        entry = None if store is None else store.find_code(trip.info.fingerprint, code)
-        if store is None or entry is None or entry.binary is None:
-            return None
-        built = state.load(trip.ctx, [trip.dev], [entry], trip.prep.opts)
+        entry = store.find_code(info.fingerprint, code)
     except (CorruptEntry, OSError):
-        return None  # a damaged original: this trip builds its own
-    built = dataclasses.replace(built, log_from=entry.meta.rekeyed_from or entry.key)
-    state.keep(trip.memo, built)
-    state.count_hit(trip.info.fingerprint, entry.key)  # a hit of the original, batched
-    rec = state.record(trip.info, trip.prep, trip.t0, Outcome.REKEYED, built, code_key=code)
-    saved = store.put(rec.entry(entry.binary))
-    note = f"same code as {entry.key[:4]}…: only comments or spacing changed"
-    if not saved:
-        note += f"; {not_saved(store)}"
-    return state.finish(trip, Outcome.REKEYED, built, saved=saved, note=note, code_key=code)
+        return None
+    return entry if entry is not None and entry.binary is not None else None
+
+
+def rekeyed_note(original: Entry) -> str:
+    """A REKEYED record's note: which entry's binary it loaded."""
+    return f"same code as {original.key[:4]}…: only comments or spacing changed"

@@ -16,10 +16,10 @@ from clmagic.trip.background import FORKED_NOTE, Pending, driver_work, exiting
 from clmagic.trip.records import Record
 from clmagic.trip.state import TripState
 
-__all__ = ["save", "save_later", "by_helper", "not_saved"]
+__all__ = ["save", "save_later", "by_helper", "not_saved", "device_tag"]
 
 
-def save(state: TripState, rec: Record, program: cl.Program, dev: cl.Device,
+def save(state: TripState, rec: Record, program: cl.Program | None, dev: cl.Device,
          binary: bytes | None = None, helper: bool = False,
          files: Headers | None = None) -> tuple[bool, str]:
     """Store the entry of ``rec``, with ``binary`` (read out already) or the binary ``program``
@@ -27,7 +27,8 @@ def save(state: TripState, rec: Record, program: cl.Program, dev: cl.Device,
     (:func:`by_helper`), in the folder the include search of ``files`` ran from, and nothing is
     saved unless that search still finds what the key covered; a helper that fails leaves the
     readout to this thread (on a background thread that is beside the user's calls, the rare
-    case :func:`save_later` otherwise avoids)."""
+    case :func:`save_later` otherwise avoids) where ``program`` is given (a cell's: clmagic's
+    own), and the save is dropped otherwise (a caller's program is not held for it)."""
     store = state.store
     if store is None:
         return False, "cache off (memory only)"
@@ -39,7 +40,10 @@ def save(state: TripState, rec: Record, program: cl.Program, dev: cl.Device,
                    if binary is not None and files is not None else "")
         if changed:  # the helper may have read other headers than the user's build
             return False, f"not saved: {changed}"
+    if binary is None and program is None:
+        return False, "not saved (the readout helper could not read the binary out)"
     if binary is None:
+        assert program is not None
         with driver_work():  # a fork waits for the readout (it holds the driver's locks)
             binary = driver.binary_of(program, dev)
     saved = store.put(rec.entry(binary))
@@ -65,10 +69,14 @@ def not_saved(store: Store) -> str:
 
 
 def save_later(state: TripState, rec: Record, kept: Record | None, program: cl.Program,
-               dev: cl.Device, why: str = "", files: Headers | None = None) -> Pending[Record]:
+               dev: cl.Device, why: str = "", files: Headers | None = None, *,
+               hold: bool = True, binary: bytes | None = None) -> Pending[Record]:
     """Read out and save the binary of ``rec``'s build on the saver's thread; the history's
     record (``kept``) then says how it ended, and so does the returned :class:`Pending`.
     ``files``: the headers the key covered (a full preparation's), which a helper may read.
+    ``binary``: read out already. ``hold=False``: the job holds no reference to ``program`` (a
+    caller's: it is freed when the caller lets go of it, as without clmagic), so a helper that
+    fails drops the save instead of reading the program out here.
 
     Where no helper process reads the binary out (:func:`by_helper`), this thread does, before
     the build returns: a readout on a background thread meets the user's own calls on the same
@@ -79,20 +87,22 @@ def save_later(state: TripState, rec: Record, kept: Record | None, program: cl.P
     The store's write stays on the saver's thread."""
     pending: Pending[Record] = Pending(rec, forked=lambda r: dataclasses.replace(
         r, saved_to_store=False, note=FORKED_NOTE))  # a forked child: the parent saves it
-    helper = state.store is not None and by_helper(rec, files)
-    binary, failed = None, None
-    if state.store is not None and not helper:
+    helper = binary is None and state.store is not None and by_helper(rec, files)
+    failed = None
+    if binary is None and state.store is not None and not helper:
         try:  # here: never beside the user's driver calls
             binary = driver.binary_of(program, dev)
         except Exception as exc:  # the build stands: the save reports it
             failed = exc
+
+    held = program if hold and helper else None  # for a helper that fails: a cell's only
 
     def job() -> None:
         saved, note = False, "not saved"
         try:
             if failed is not None:
                 raise failed
-            saved, note = save(state, rec, program, dev, binary, helper, files)
+            saved, note = save(state, rec, held, dev, binary, helper, files)
             note = f"{why} · {note}" if why else note
         except Exception as exc:  # whatever went wrong, the build stands and nobody hangs
             note = f"not saved ({exc})"
@@ -107,7 +117,13 @@ def save_later(state: TripState, rec: Record, kept: Record | None, program: cl.P
             state.counters.add(rec.fingerprint, rec.outcome, 1, rec.saved_ms)
             pending.settle(dataclasses.replace(rec, saved_to_store=saved, note=note))
 
-    # tagged by key, and by code key: a REKEYED lookup of the same code waits for it too
+    # tagged by key, by code key (a REKEYED lookup of the same code waits for it too) and by
+    # device (a MISS's reason lists the device's entries once the earlier saves are in)
     code = (rec.fingerprint, "code", rec.code_key) if rec.code_key else None
-    state.submit_save((rec.fingerprint, rec.key), job, code)
+    state.submit_save((rec.fingerprint, rec.key), job, code, device_tag(rec.fingerprint))
     return pending
+
+
+def device_tag(fingerprint: str) -> tuple[str, str]:
+    """The tag every save for a device carries besides its key."""
+    return (fingerprint, "device")

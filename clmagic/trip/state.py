@@ -19,6 +19,7 @@ import time
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
+from typing import NamedTuple
 
 import pyopencl as cl
 
@@ -37,19 +38,25 @@ from clmagic.opencl.facts import gather
 from clmagic.outcome import Outcome
 from clmagic.store import Store
 from clmagic.store.lifetime import Counters
-from clmagic.trip.background import HitCounter, Pending, Saver, wait_everywhere
+from clmagic.trip.background import HitCounter, Saver, pending_everywhere, wait_everywhere
 from clmagic.trip.history import History
 from clmagic.trip.records import Record, kernels_in
-from clmagic.trip.release import Releaser
-from clmagic.trip.results import BuildResult
-from clmagic.trip.underway import Memo, Trip
+from clmagic.trip.underway import Memo
 
-__all__ = ["TripState", "served_from", "PROGRAMS_MAX"]
-
-#: how many programs built for callers' contexts (the pyopencl hook) a compiler keeps in memory
-PROGRAMS_MAX = 256
+__all__ = ["TripState", "Found", "served_from"]
 
 _STATES: weakref.WeakSet[TripState] = weakref.WeakSet()
+
+
+class Found(NamedTuple):
+    """What one device's lookup found: its entry (``None``: none), whether a damaged one was met
+    (reported, deleted, rebuilt by the caller), how long it waited for a save of its key under
+    way, and whether such a save was under way and not waited for (a caller's trip)."""
+
+    entry: Entry | None
+    corrupt: bool = False
+    waited_ms: float = 0.0
+    underway: bool = False
 
 
 def served_from(entry: Entry, store: Store | None) -> str:
@@ -60,9 +67,11 @@ def served_from(entry: Entry, store: Store | None) -> str:
 class TripState:
     """What a compiler keeps between build trips, and the steps that use it.
 
-    The lock guards the memory front, the programs memo, the prepared memo and the history;
-    the builds themselves run in parallel, outside it. ``memory_max`` programs stay in memory,
-    the least recently used dropped first.
+    The lock guards the memory front, the prepared memo and the history; the builds
+    themselves run in parallel, outside it. ``memory_max`` programs of cells stay in memory,
+    the least recently used dropped first; a caller's program (the pyopencl hook) is never
+    kept: what is remembered of it is bytes (the store's, and its recently read entries), so
+    no OpenCL object of the caller's lives longer than the caller keeps it.
     """
 
     def __init__(self, settings: Settings, store: Store | None) -> None:
@@ -72,14 +81,11 @@ class TripState:
         self.history = History(debug=settings.debug, level=settings.record,
                                limit=settings.history_max)
         self._memory: OrderedDict[Memo, driver.Built] = OrderedDict()
-        #: programs built for callers' contexts (the pyopencl hook), by their keys
-        self._programs: OrderedDict[tuple[Memo, ...], driver.Built] = OrderedDict()
         self._prepared: OrderedDict[tuple[object, ...], Prepared] = OrderedDict()
         self._lock = threading.Lock()
         #: a MISS's binary readout and save, and the hit counter, run here, off the user's path
         self._saver = Saver()
         self._hits = HitCounter(self._saver)  # store hits, counted in batches
-        self._releaser = Releaser(self._saver)  # programs no longer kept, released there
         self._no_counters = Counters(None)  # this session's counts when there is no store
         self._store = store
         self._manifest = _manifest_of(store)
@@ -91,10 +97,8 @@ class TripState:
         parent's programs are disowned (never used, never released here). The prepared
         sources are plain data and stay; the saver and hit counter reset themselves."""
         self._lock = threading.Lock()
-        disown(self._memory, self._programs)
+        disown(self._memory)
         self._memory = OrderedDict()
-        self._programs = OrderedDict()
-        self._releaser.reset_after_fork()
 
     # -- the store, the background work ---------------------------------------------------------
 
@@ -111,7 +115,6 @@ class TripState:
             self._store = store
             self._manifest = _manifest_of(store)
             self._memory.clear()
-            self._programs.clear()
 
     @property
     def counters(self) -> Counters:
@@ -127,7 +130,7 @@ class TripState:
         """Background jobs (saves, counts) queued or running: no waiting."""
         return self._saver.busy
 
-    def submit_save(self, tag: Hashable, job: Callable[[], object], *more: Hashable) -> None:
+    def submit_save(self, tag: Hashable, job: Callable[[], object], *more: Hashable | None) -> None:
         """Run a save's ``job`` on the saver's thread now; lookups of ``tag`` (and of ``more``)
         wait for it."""
         self._saver.submit(tag, job, *more)
@@ -180,33 +183,13 @@ class TripState:
             self._memory[memo] = built
             while len(self._memory) > max(self.memory_max, 1):
                 dropped.append(self._memory.popitem(last=False)[1])
-        self._releaser.let_go(dropped)
+        del dropped  # released here, outside the lock, as the user's own program would be
 
     def in_memory(self) -> list[Memo]:
         """The (fingerprint, key) of every program in the memory front, least recently used
         first."""
         with self._lock:
             return list(self._memory)
-
-    def recall_program(self, keys: tuple[Memo, ...], context: cl.Context,
-                       devs: list[cl.Device]) -> driver.Built | None:
-        """The program built earlier for these keys in ``context`` for these very devices (twin
-        devices share a key), or ``None``."""
-        built = self._programs.get(keys)
-        if (built is None or built.context != context
-                or built.program.get_info(cl.program_info.DEVICES) != devs):
-            return None
-        return built
-
-    def keep_program(self, keys: tuple[Memo, ...], built: driver.Built) -> None:
-        """Keep a program built for a caller's context, dropping the oldest past
-        :data:`PROGRAMS_MAX`."""
-        with self._lock:
-            dropped = [] if (old := self._programs.pop(keys, None)) is None else [old]
-            while len(self._programs) >= PROGRAMS_MAX:
-                dropped.append(self._programs.popitem(last=False)[1])
-            self._programs[keys] = built
-        self._releaser.let_go(dropped)
 
     def forget(self, fingerprint: str | None = None, key: str | None = None) -> int:
         """Drop in-memory programs (all, of one device, or one key); returns how many."""
@@ -217,23 +200,27 @@ class TripState:
             doomed = [k for k in self._memory if hit(*k)]
             for k in doomed:
                 del self._memory[k]
-            gone = [ks for ks in self._programs if any(hit(f, k) for f, k in ks)]
-            for ks in gone:
-                del self._programs[ks]
-        return len(doomed) + len(gone)
+        return len(doomed)
 
     # -- the store's entries, the driver ---------------------------------------------------------
 
-    def lookup(self, info: DeviceInfo, key: str) -> tuple[Entry | None, bool]:
-        """The stored entry of ``key`` (``None`` when there is none) and whether a damaged one
-        was found (reported, deleted, rebuilt by the caller)."""
+    def lookup(self, info: DeviceInfo, key: str, wait: bool = True) -> Found:
+        """The stored entry of ``key`` (see :class:`Found`). ``wait``: wait for a save of this
+        key under way in this process (timed: a one-time cost of the trip); otherwise such a
+        save means no entry yet, and nothing is waited for."""
         if self._store is None:
-            return None, False
-        wait_everywhere((info.fingerprint, key))  # a save of this key still under way
+            return Found(None)
+        tag, waited = (info.fingerprint, key), 0.0
+        if wait:
+            t = time.perf_counter()
+            wait_everywhere(tag)
+            waited = (time.perf_counter() - t) * 1000
+        elif pending_everywhere(tag):
+            return Found(None, underway=True)
         try:
-            return self._store.get(info.fingerprint, key), False
+            return Found(self._store.get(info.fingerprint, key), False, waited)
         except (CorruptEntry, OSError) as exc:
-            return None, self.damaged(info, key, exc)
+            return Found(None, self.damaged(info, key, exc), waited)
 
     def damaged(self, info: DeviceInfo, key: str, exc: Exception) -> bool:
         """Report a damaged entry and delete it (to be rebuilt); returns ``True``."""
@@ -243,27 +230,7 @@ class TripState:
             self._store.delete(info.fingerprint, key)
         return True
 
-    def from_store(self, trip: Trip) -> tuple[driver.Built | None, Outcome, str]:
-        """The trip's program from the store: (built, HIT, note), kept in memory and counted;
-        (None, MISS or CORRUPT, "") when the store has no usable entry (a damaged one is
-        removed, to be rebuilt). A wait for this key's save is a one-time cost (``once_ms``)."""
-        t = time.perf_counter()
-        wait_everywhere(trip.memo)  # what lookup waits for (a save under way), timed here
-        waited = (time.perf_counter() - t) * 1000
-        entry, corrupt = self.lookup(trip.info, trip.prep.key)
-        if entry is not None:
-            try:
-                built = self.load(trip.ctx, [trip.dev], [entry], trip.prep.opts)
-            except CorruptEntry as exc:
-                corrupt = self.damaged(trip.info, trip.prep.key, exc)
-            else:
-                self.keep(trip.memo, built)
-                self.count_hit(*trip.memo)
-                built = _once(built, waited, "waited for its save") if waited >= 1.0 else built
-                return built, Outcome.HIT, served_from(entry, self._store)
-        return None, Outcome.CORRUPT if corrupt else Outcome.MISS, ""
-
-    def load(self, ctx: cl.Context, devs: list[cl.Device], entries: list[Entry],
+    def load(self, ctx: cl.Context, devs: Sequence[cl.Device], entries: Sequence[Entry],
              opts: BuildOptions, kernels: bool = True) -> driver.Built:
         """The program made from the entries' binaries, one per device of ``devs``; the first
         entry's original build time and log go with it."""
@@ -281,16 +248,20 @@ class TripState:
                                     log_from=entries[0].meta.rekeyed_from,
                                     facts=stored_facts.stored_facts(entries[0].meta.kernel_facts))
         said = f"checked the binary from {checked[0].foreign} in a child process" if checked else ""
-        return _once(built, vetted, said) if vetted >= 1.0 and said else built
+        return built.with_once(vetted, said) if vetted >= 1.0 and said else built
 
     @staticmethod
-    def compile(ctx: cl.Context, devs: list[cl.Device], label: str, prep: Prepared,
-                line_offset: int = 0, kernels: bool = True) -> driver.Built:
-        """Build from source for ``devs`` in one driver call."""
+    def compile(ctx: cl.Context, devs: Sequence[cl.Device], label: str, prep: Prepared,
+                line_offset: int = 0, kernels: bool = True, text: str | bytes | None = None,
+                quiet: bool = True) -> driver.Built:
+        """Build from source for ``devs`` in one driver call: ``text`` (the caller's own, the
+        hook's) or the prepared source; ``quiet``: the driver's chatter kept off stderr (a
+        cell's; a caller's build leaves stderr alone, as pyopencl's does)."""
         if not strip_comments(prep.source).strip():  # checked here: a cached source has code
             raise ClmagicError("the source holds only comments: nothing to compile")
         try:
-            built = driver.from_source(ctx, devs, prep.source, prep.opts.effective, kernels)
+            built = driver.from_source(ctx, devs, prep.source if text is None else text,
+                                       prep.opts.effective, kernels, quiet)
         except driver.BuildFailed as exc:
             raise BuildError(exc.log, options=prep.opts.effective, device=label,
                              line_offset=line_offset, source=prep.source) from None
@@ -347,49 +318,25 @@ class TripState:
             with self._lock:
                 self.history.event(what, key, [], detail=detail)
 
-    def failed(self, infos: list[DeviceInfo], prep: Prepared, t0: float, exc: BuildError,
-               origin: str = "cell") -> None:
+    def failed(self, infos: Sequence[DeviceInfo], prep: Prepared, t0: float, exc: BuildError,
+               origin: str = "cell", build_ms: float = 0.0) -> None:
         """FAILED records (one per device) for a build the driver refused: its first error line
-        as the note, its log as the build log."""
+        as the note, its log as the build log, the attempt's time as its build time."""
         for info in infos:
             self.counters.add(info.fingerprint, Outcome.FAILED)
         if not self.history.active:
             return
         self.keep_records([
             Record(time=time.time(), outcome=Outcome.FAILED, kernels=kernels_in(prep.source),
-                   ms=(time.perf_counter() - t0) * 1000, build_ms=0.0, device=info,
+                   ms=(time.perf_counter() - t0) * 1000, build_ms=build_ms, device=info,
                    key=prep.key, options=prep.opts.effective, preview=prep.preview,
                    source=prep.source, source_bytes=prep.size, headers=prep.headers,
                    build_log=exc.log, note=exc.first_error, origin=origin)
             for info in infos])
         self.changed()
 
-    def finish(self, trip: Trip, outcome: Outcome, built: driver.Built, *, saved: bool = False,
-               note: str = "", code_key: str | None = None,
-               save: Callable[[Record, Record | None], Pending[Record]] | None = None
-               ) -> BuildResult:
-        """The trip's result, its record kept and counted. With ``save``, ``save(record, kept)``
-        leaves the binary readout and save to the saver (and counts the trip once saved): the
-        result's ``saved`` and ``note`` wait for it, its ``latest`` does not."""
-        rec = self.record(trip.info, trip.prep, trip.t0, outcome, built, saved=saved, note=note,
-                          code_key=code_key, line_offset=trip.line_offset,
-                          setup_ms=trip.setup_ms)
-        (kept,) = self.keep_records([rec])
-        if save is None:
-            self.count(rec)
-        pending = save(rec, kept) if save is not None else None
-        self.changed()
-        return BuildResult(built.program, built.kernels, trip.ctx, trip.queue, trip.prep.opts,
-                           rec, pending)
-
-
 def _manifest_of(store: Store | None) -> Manifest:
     return Manifest(store.manifest_file if store is not None else None)
-
-
-def _once(built: driver.Built, ms: float, what: str) -> driver.Built:
-    return dataclasses.replace(built, once_ms=built.once_ms + ms,
-                               once_what="; ".join(w for w in (built.once_what, what) if w))
 
 
 def _after_fork() -> None:

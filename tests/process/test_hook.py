@@ -318,11 +318,13 @@ def test_a_workload_misses_then_hits_everything_in_a_second_process(pocl, cache_
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=280)
         runs.append(last_json(proc))
     first, second = runs
-    # MEMORY: pyopencl's scan may build one program twice in a process
+    # HIT: pyopencl's scan may build one program twice in a process; the hook keeps no program
+    # in memory, so the second is a HIT of what the first saved (or a MISS, its save under way)
     assert Outcome.MISS in first["outcomes"] and set(first["outcomes"]) <= {Outcome.MISS,
-                                                                           Outcome.MEMORY}
+                                                                           Outcome.HIT}
     assert set(second["outcomes"]) == {Outcome.HIT}  # nothing MISSes
-    assert second["builds"] == first["outcomes"].count(Outcome.MISS)
+    # the same programs (pyopencl's scan builds one twice in some runs: either run may say so)
+    assert abs(second["builds"] - len(first["outcomes"])) <= 1
     assert first["origins"] == second["origins"] == [
         "pyopencl.elementwise", "pyopencl.reduction", "pyopencl.scan", "silx.opencl.processing"]
     for run in runs:
