@@ -14,7 +14,7 @@ import time
 
 __all__ = ["fmt_bytes", "fmt_duration", "fmt_ms", "fmt_time", "short_key", "count_of",
            "device_label", "map_log_lines", "short_paths", "middle_cut", "end_cut",
-           "tidy_log"]
+           "tidy_log", "wrapped"]
 
 
 def fmt_ms(ms: float) -> str:
@@ -133,6 +133,25 @@ def end_cut(text: str, width: int) -> str:
     """``text`` at most ``width`` characters, cut at its end with ``…`` (for text whose start
     says what happened: a note, an error), unchanged when it fits."""
     return text if len(text) <= width else text[:width - 1].rstrip() + "…"
+
+
+def wrapped(head: str, parts: list[str], width: int | None, indent: int = 2,
+            sep: str = " · ") -> list[str]:
+    """``head`` and ``parts`` joined by ``sep`` on one line, or, where that passes ``width``,
+    on as many lines as it takes, each line after the first indented by ``indent`` spaces and
+    broken only between parts (a terminal breaks a line anywhere: in a path, in a number). A
+    part longer than a line stays whole on its own (a path is copied, not read across lines);
+    ``None``: no width, one line (a pipe, ``grep``)."""
+    lines = [head]
+    for part in parts:
+        if not part:
+            continue
+        joined = f"{lines[-1]}{sep}{part}" if lines[-1].strip() else lines[-1] + part
+        if width is None or len(joined) <= width or not lines[-1].strip():
+            lines[-1] = joined
+        else:
+            lines.append(" " * indent + part)
+    return lines
 
 
 def _short_path(path: str, home: str) -> str:

@@ -7,7 +7,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 what="${1:-main}"
 PY="${PYTHON:-python3}"
-[ -x .venv/bin/python ] || "$PY" -m venv .venv
+# one line per step on stderr: the pip step alone takes about a minute, silent otherwise
+step() { echo "setup: [${SECONDS} s] $*" >&2; }
+[ -x .venv/bin/python ] || { step "making the virtual environment .venv with $PY"; "$PY" -m venv .venv; }
 pip() { .venv/bin/python -m pip -q --disable-pip-version-check "$@" 2>&1 | grep -v "^WARNING: Location" || true; }
 
 # `pip install` builds the JupyterLab extension (labextension/) with npm: that needs Node.js >=
@@ -25,6 +27,7 @@ if ! node_ok; then
 fi
 extras="pocl"
 [ "$what" = test ] && extras="pocl,test,browser"
+step "installing clmagic[$extras] into .venv with pip, building its JupyterLab extension (about a minute)"
 pip install -e ".[$extras]"
 
 apt_install() {
@@ -34,6 +37,7 @@ apt_install() {
 }
 
 # A POCL that can compile here?
+step "checking that POCL compiles a kernel on this CPU"
 if ! .venv/bin/python scripts/probe_pocl.py >/dev/null 2>&1; then
   echo "setup: the POCL wheel cannot compile on this CPU; installing Debian's pocl-opencl-icd" >&2
   apt_install pocl-opencl-icd
@@ -41,6 +45,7 @@ if ! .venv/bin/python scripts/probe_pocl.py >/dev/null 2>&1; then
 fi
 
 if [ "$what" = test ]; then
+  step "checking the system packages the tests use (Binder's POCL, Redis, Chromium)"
   # what the Binder image has (binder/apt.txt: a system POCL beside the wheel's), before any test
   # runs: the Binder replay (tests/test_binder.py) then installs nothing while other tests run
   # (a platform that appears mid-run changes the devices pyopencl's own tests are named after)
@@ -48,4 +53,4 @@ if [ "$what" = test ]; then
   command -v redis-server >/dev/null || apt_install redis-server
   [ -x /usr/bin/chromium ] || apt_install chromium
 fi
-echo "setup: .venv ready ($what)" >&2
+echo "setup: .venv ready ($what) in $SECONDS s" >&2

@@ -11,8 +11,10 @@ import sys
 import tempfile
 from collections.abc import Callable
 
+from clmagic._format import wrapped
 from clmagic._launch import launch
 from clmagic.cli.argv import join_dash_values, unknown_command
+from clmagic.cli.table import terminal_width
 
 ORIGIN_HELP = ("only entries first built for MODULE: cell (%%%%clkernel, clmagic.build), a "
                "module that built through clmagic.install() (pyopencl.elementwise), or a "
@@ -83,7 +85,9 @@ def _demo(args: argparse.Namespace) -> int:
 
 def _demo_runs(args: argparse.Namespace, cache_dir: str) -> int:
     env = {**os.environ, "POCL_KERNEL_CACHE": "0", "CUDA_CACHE_DISABLE": "1"}
-    print(f"clmagic demo: cache at {cache_dir} (driver caches off); two separate processes")
+    width = terminal_width()
+    print("\n".join(wrapped(f"clmagic demo: cache at {cache_dir}",
+                            ["(driver caches off);", "two separate processes"], width, 2, " ")))
     cmd = [_CHILD, "--cache-dir", cache_dir]
     if args.device:
         cmd += ["--device", args.device]
@@ -99,13 +103,16 @@ def _demo_runs(args: argparse.Namespace, cache_dir: str) -> int:
         run = json.loads(out.strip().splitlines()[-1])
         runs.append(run)
         check = "result correct" if run["correct"] else "WRONG RESULT"
-        print(f"process {n}: {run['line']} · {check}")
+        first_part, *parts = str(run["line"]).split(" · ")  # the result line, at the width
+        print("\n".join(wrapped(f"process {n}: {first_part}", [*parts, check], width, 11)))
     first, second = runs
     if (first["outcome"], second["outcome"]) != ("MISS", "HIT"):
         print("expected MISS then HIT", file=sys.stderr)
         return 1
-    print(f"MISS built in {first['build_ms']:.1f} ms → HIT loaded in {second['ms']:.2f} ms: "
-          f"{first['build_ms'] / max(second['ms'], 1e-6):.0f}× faster from the cache")
+    print("\n".join(wrapped(
+        f"MISS built in {first['build_ms']:.1f} ms → HIT loaded in {second['ms']:.2f} ms:",
+        [f"{first['build_ms'] / max(second['ms'], 1e-6):.0f}× faster from the cache"],
+        width, 2, " ")))
     return 0
 
 
@@ -119,19 +126,20 @@ def _devices(args: argparse.Namespace) -> int:
     except DeviceError as exc:
         default = None
         print(f"clmagic: no default device: {exc}", file=sys.stderr)
+    from clmagic.show.cache import device_lines
+
+    width = terminal_width()
     for d in list_devices():
-        mark = "*" if d.fingerprint == default else " "
-        state = "" if d.usable else f" · cannot build here: {d.problem}"
-        print(f"{mark} {d.spec:<5} {d.type:<5} {d.platform_name} · {d.device_name} "
-              f"· driver {d.driver_version} · {d.fingerprint}{state}")
+        print("\n".join(device_lines(d, "*" if d.fingerprint == default else " ",
+                                      width=width)))
     return 0
 
 
 def _info(args: argparse.Namespace) -> int:
     from clmagic.cache.manage import cache_info
-    from clmagic.show.views import text_of
+    from clmagic.show.cache import info_text
 
-    print(text_of(cache_info()))
+    print(info_text(cache_info(), terminal_width()))
     return 0
 
 
@@ -335,9 +343,10 @@ def main(argv: list[str] | None = None) -> int:
             code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
         sys.stdout.flush()
         return code
-    except BrokenPipeError:  # the reader left; nothing more to say
+    except BrokenPipeError:  # the reader left (`clmagic devices | head -1`): it has what it
+        # wanted, so the command did not fail (1 would say "the work failed")
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 1
+        return 0
 
 
 def _main(argv: list[str]) -> int:

@@ -21,6 +21,7 @@ from clmagic._format import (
     middle_cut,
     short_key,
     short_paths,
+    wrapped,
 )
 
 if TYPE_CHECKING:
@@ -32,7 +33,8 @@ if TYPE_CHECKING:
     from clmagic.trip.records import Stats
 
 __all__ = ["LABELS", "stats_rows", "stats_text", "stats_html", "removed_text", "removed_html",
-           "info_text", "info_html", "device_option", "ENTRY_HEAD", "entry_line",
+           "info_text", "info_html", "device_option", "device_lines", "RECORDS", "ENTRY_HEAD",
+           "entry_line",
            "panel_status_html", "export_text", "export_html", "import_text", "import_html",
            "warm_text", "warm_html"]
 
@@ -92,25 +94,24 @@ def _not_kept(dropped: int) -> str:
     return f"{count_of(dropped, 'older trip')} not kept (CLMAGIC_HISTORY_MAX)"
 
 
-def stats_text(s: Stats) -> str:
-    """This session and the lifetime side by side, then the store and one line per device."""
+def stats_text(s: Stats, width: int | None = None) -> str:
+    """This session and the lifetime side by side, then the store and each device: its name on
+    a line, its figures under it; past ``width`` (a terminal's), a line wraps at its ``·``."""
     rows = [("", "session", "lifetime" if s.origin is None else ""), *stats_rows(s)]
-    width = max(len(r[0]) for r in rows)
-    lines = [f"{a:<{width}}  {b:>10}  {c:>10}".rstrip() for a, b, c in rows]
+    wide = max(len(r[0]) for r in rows)
+    lines = [f"{a:<{wide}}  {b:>10}  {c:>10}".rstrip() for a, b, c in rows]
     lines += _origin_lines(s)
     if s.dropped:  # the session column counts the trips the history keeps
         lines.append(f"session: {_not_kept(s.dropped)}")
-    lines.append(f"store: {s.location} · {count_of(s.entries, 'entry')} · "
-                 f"{fmt_bytes(s.bytes)} · {_limit(s)}")
-    for d in s.devices:  # the device on a line, its figures under it: both fit 80 columns
-        lines.append(f"  {d.label} ({short_key(d.fingerprint)})")
-        line = (f"    {count_of(d.entries, 'entry')}, {fmt_bytes(d.bytes)}, "
-                f"{count_of(d.hits, 'load')}")
-        if d.lifetime is not None:
-            t = d.lifetime
-            line += (f" · lifetime {count_of(t['HIT'], 'hit')}, {t['MISS']} misses, "
-                     f"{count_of(t.evictions, 'eviction')}")
-        lines.append(line)
+    lines += wrapped(f"store: {s.location}", [count_of(s.entries, "entry"), fmt_bytes(s.bytes),
+                                             _limit(s)], width, 7)
+    for d in s.devices:
+        lines += wrapped(f"  {d.label}", [f"({short_key(d.fingerprint)})"], width, 4, " ")
+        figures = [f"lifetime {count_of(d.lifetime['HIT'], 'hit')}, {d.lifetime['MISS']} "
+                   f"misses, {count_of(d.lifetime.evictions, 'eviction')}"
+                   ] if d.lifetime is not None else []
+        lines += wrapped(f"    {count_of(d.entries, 'entry')}, {fmt_bytes(d.bytes)}, "
+                         f"{count_of(d.hits, 'load')}", figures, width, 4)
     return "\n".join(lines)
 
 
@@ -151,26 +152,54 @@ def removed_html(r: Removed) -> str:
     return f'<div class="clmagic-removed">{html.escape(removed_text(r))}</div>'
 
 
-def info_text(i: CacheInfo) -> str:
-    """Where the cache is, the record level, the variables in effect, one line per device
-    (``*`` marks the active one) with what the store holds for it."""
-    state = "" if i.writable or i.kind == "none" else f" (read-only: {i.reason})"
-    lines = [f"cache:   {i.location} ({i.kind}){state}", f"record:  {i.record}"]
+#: what each ``CLMAGIC_RECORD`` level keeps of a build, in words
+RECORDS = {"summary": "each build's outcome, times, key and first code line "
+                      "(CLMAGIC_RECORD=summary; full keeps the source too)",
+           "full": "each build's outcome, times, key and its whole source (CLMAGIC_RECORD=full)",
+           "off": "nothing: no history of builds (CLMAGIC_RECORD=off)"}
+
+
+def device_lines(info: DeviceInfo, mark: str, held: str = "",
+                 width: int | None = None) -> list[str]:
+    """A device as ``clmagic devices`` and ``info`` list it: mark, spec, type and its short
+    name first, then what the store holds for it (``held``), its platform, driver and
+    fingerprint, and why it cannot build here; past ``width``, the details wrap under the
+    name, never inside one."""
+    head = f"{mark} {info.spec:<5} {info.type:<5} {info.label}"
+    parts = [held, info.platform_name, f"driver {info.driver_version}",
+             f"fingerprint {info.fingerprint}"]
+    if not info.usable:
+        parts.append(f"cannot build here: {info.problem}")
+    return wrapped(head, parts, width, indent=len(f"{mark} {info.spec:<5} {info.type:<5} "))
+
+
+def info_text(i: CacheInfo, width: int | None = None) -> str:
+    """Where the cache is, what the history keeps, the variables in effect, one line per
+    device (``*`` marks the active one) with what the store holds for it; past ``width``, each
+    value wraps under its label (at ``·``, a comma or a space, never inside a word)."""
+    state = "" if i.writable or i.kind == "none" else f"(read-only: {i.reason})"
+    lines = wrapped(f"cache:   {i.location}", [f"({i.kind})", state], width, 9, " ")
+    lines += wrapped("history:", RECORDS.get(i.record, i.record).split(" "), width, 9, " ")
     lines += [f"env:     {k}={v}" for k, v in sorted(i.env.items())] or ["env:     (none)"]
+    if i.devices:
+        lines.append("devices: (* the one %%clkernel and clmagic.build use)")
     for info, use in i.devices:
         mark = "*" if info.fingerprint == i.active else " "
         held = (f"{count_of(use.entries, 'entry')}, {fmt_bytes(use.bytes)}" if use
                 else "no entries")
-        if not info.usable:
-            held += f" · cannot build here: {info.problem}"
-        lines.append(f"{mark} {info.spec:<5} {info.type:<5} {info.platform_name} · "
-                     f"{info.device_name} · driver {info.driver_version} · "
-                     f"{info.fingerprint} · {held}")
+        lines += device_lines(info, mark, held, width)
     return "\n".join(lines)
 
 
 def info_html(i: CacheInfo) -> str:
-    return f'<pre class="clmagic-info">{html.escape(info_text(i))}</pre>'
+    """The same lines, each one breaking at a space between words when the output area is
+    narrow (a ``<pre>`` in JupyterLab breaks anywhere, mid-word; here only a word longer than
+    the line, a long path, is broken), wrapped lines indented under their label."""
+    rows = "".join(
+        f'<div style="padding-left:9ch;text-indent:-9ch">{html.escape(line)}</div>'
+        for line in info_text(i).splitlines())
+    return (f'<div class="clmagic-info" style="font-family:monospace;font-size:90%;'
+            f'white-space:pre-wrap;word-break:normal;overflow-wrap:break-word">{rows}</div>')
 
 
 # -- the cache panel: device choices, entry rows, status ------------------------------------
@@ -254,15 +283,29 @@ def export_html(r: BundleReport) -> str:
             "</table></div>")
 
 
+#: failures an import report lists one line each (the report's ``reasons`` has them all)
+_REASONS_SHOWN = 50
+
+
+def _proven(r: ImportReport) -> str:
+    return f" ({r.proven} proven loadable here)" if r.proven else ""
+
+
+def _failures(r: ImportReport) -> list[str]:
+    """One line per entry that was not imported, and how many more the report holds."""
+    more = len(r.reasons) - _REASONS_SHOWN
+    return [f"failed: {why}" for why in r.reasons[:_REASONS_SHOWN]] + (
+        [f"… and {more} more (the report's reasons list them all)"] if more > 0 else [])
+
+
 def import_text(r: ImportReport) -> str:
-    text = (f"imported {r.imported}, skipped {r.skipped} (already cached), "
+    """The counts, then one line per device this machine lacks and per entry not imported."""
+    text = (f"imported {r.imported}{_proven(r)}, skipped {r.skipped} (already cached), "
             f"failed {r.failed} from {r.path}")
     for fp, d in r.missing_devices.items():
         text += (f"\n  {count_of(d['entries'], 'entry')} for {d['device']} ({fp}): "
                  "not on this machine")
-    for reason in r.reasons[:5]:
-        text += f"\n  failed: {reason}"
-    return text
+    return "\n  ".join([text, *_failures(r)])
 
 
 def import_html(r: ImportReport) -> str:
@@ -270,8 +313,8 @@ def import_html(r: ImportReport) -> str:
         f"<li>{count_of(d['entries'], 'entry')} for {html.escape(d['device'])} "
         f"(<code>{fp}</code>): not on this machine</li>"
         for fp, d in r.missing_devices.items())
-    extra += "".join(f"<li>failed: {html.escape(reason)}</li>" for reason in r.reasons[:5])
-    return (f"<div class='clmagic-bundle'><b>imported {r.imported}</b>, skipped "
+    extra += "".join(f"<li>{html.escape(line)}</li>" for line in _failures(r))
+    return (f"<div class='clmagic-bundle'><b>imported {r.imported}</b>{_proven(r)}, skipped "
             f"{r.skipped} (already cached), failed {r.failed} from "
             f"<code>{html.escape(r.path)}</code><ul>{extra}</ul></div>")
 

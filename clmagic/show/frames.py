@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import html
 import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -17,18 +18,16 @@ from typing import TYPE_CHECKING, Any
 from clmagic._format import (
     count_of,
     device_label,
-    end_cut,
     fmt_bytes,
     fmt_ms,
     fmt_time,
-    middle_cut,
     short_key,
     short_paths,
 )
 from clmagic.cache.manage import device_fingerprints, entry_origin
 from clmagic.entry import META_FIELDS, Usage, sane_time
 from clmagic.process.session import or_default
-from clmagic.show.line import Cell, table_html
+from clmagic.show.fit import Cell, Column, table_html
 from clmagic.trip.records import from_origin
 
 if TYPE_CHECKING:
@@ -37,8 +36,8 @@ if TYPE_CHECKING:
     from clmagic.store import Store
     from clmagic.trip.compiler import Compiler
 
-__all__ = ["cache_frame", "history_frame", "readable", "ms_or_blank", "CACHE_COLUMNS",
-           "HISTORY_COLUMNS"]
+__all__ = ["cache_frame", "history_frame", "readable", "ms_or_blank", "kernels_html",
+           "CACHE_COLUMNS", "HISTORY_COLUMNS"]
 
 _DTYPES = {"str": "string", "int": "Int64", "float": "float64", "tuple[str, ...]": "string",
            "float | None": "float64"}
@@ -76,7 +75,7 @@ def _frame(columns: dict[str, list[Any]], dtypes: dict[str, str]) -> pd.DataFram
     return pd.DataFrame(data)
 
 
-#: what the readable display of each frame shows: column → (heading, how a value reads)
+#: the rows a readable table shows (the frame has them all)
 _MAX_ROWS = 60
 
 
@@ -93,35 +92,16 @@ def _text(v: Any) -> str:
     return "" if v is None or v != v else str(v)
 
 
-#: the widest a text column is shown (options, notes): a history's ten columns fit 1280 px
-#: with room for builds of seconds and a save's time (at 36 a slow machine's history of
-#: 1613.2 ms builds ran 12 px past); the cell's tooltip has it all
-_TEXT_WIDTH = 28
+def _key(v: Any) -> Cell:
+    """A key's first 12 hex digits (enough to tell entries apart and to clear one), in full
+    in the tooltip."""
+    return short_key(_text(v)), _text(v)
 
 
 def _shortened(v: Any) -> Cell:
-    """Options shortened for the table, in full in the tooltip: paths by
-    :func:`clmagic._format.short_paths`, then cut in the middle (the end is the last option)."""
-    full = _text(v)
-    return middle_cut(short_paths(full), _TEXT_WIDTH), full
-
-
-def _said(v: Any) -> Cell:
-    """A note cut at its end for the table (its start says what happened), in full in the
-    tooltip."""
-    return end_cut(short_paths(_text(v)), _TEXT_WIDTH), _text(v)
-
-
-#: the widest a device's label is shown (POCL names its device by its CPU target and model:
-#: "POCL pthread-skylake-avx512-AMD EPYC" took the history past 1280 px)
-_DEVICE_WIDTH = 24
-
-
-def _device(v: Any) -> Cell:
-    """A device's label cut in the middle (its driver and its model's end stay), in full in
-    the tooltip."""
-    full = _text(v)
-    return middle_cut(full, _DEVICE_WIDTH), full
+    """Options or a note with long paths shortened (:func:`clmagic._format.short_paths`),
+    in full in the tooltip (the table cuts what is still too long)."""
+    return short_paths(_text(v)), _text(v)
 
 
 def _clock(v: Any) -> str:
@@ -129,66 +109,138 @@ def _clock(v: Any) -> str:
     return "" if v is None or v != v else fmt_time(v.timestamp())[11:19]
 
 
-_SHOWN: dict[str, list[tuple[str, str, Any]]] = {
-    "cache": [("key", "key", short_key), ("kernels", "kernels", _text),
-              ("options", "options", _shortened), ("device", "device", None),
-              ("stored_bytes", "size", lambda v: fmt_bytes(int(v))),
-              ("build_ms", "build", ms_or_blank), ("hits", "hits", _text),
-              ("last_used", "last used", _when)],
-    "history": [("time", "time", _when), ("outcome", "outcome", _text),
-                ("kernels", "kernels", _text), ("ms", "took", ms_or_blank),
-                ("build_ms", "build", ms_or_blank),
-                ("saved_ms", "saved", lambda v: ms_or_blank(v) if v else ""),
-                ("device", "device", _device), ("key", "key", short_key),
-                ("options", "options", _shortened), ("note", "note", _said)],
+def _minute(v: Any) -> Cell:
+    """When an entry was last used, to the minute (``2026-12-05 16:02``), to the second in
+    the tooltip."""
+    return ("", "") if v is None or v != v else (fmt_time(v.timestamp())[:16], _when(v))
+
+
+def _size(v: Any) -> str:
+    return "" if v is None or v != v else fmt_bytes(int(v))
+
+
+def _int(v: Any) -> str:
+    return "" if v is None or v != v else str(int(v))
+
+
+#: what each readable frame shows, in this order: column → (how it reads in the table, how a
+#: value reads). A lower rank stays longer when the output area is narrow, and is cut last:
+#: what tells rows apart (the options of sweep variants, the kernels, the outcome) before the
+#: device, which a session mostly has one of
+_SHOWN: dict[str, dict[str, tuple[Column, Callable[[Any], Cell]]]] = {
+    "cache": {
+        "key": (Column("key", 0), _key),
+        "kernels": (Column("kernels", 1, least=10), _text),
+        "options": (Column("options", 2, least=20, middle=True), _shortened),
+        "stored_bytes": (Column("size", 3, right=True), _size),
+        "build_ms": (Column("build", 4, right=True), ms_or_blank),
+        "hits": (Column("hits", 5, right=True), _text),
+        "last_used": (Column("last used", 6), _minute),
+        "device": (Column("device", 7, least=20, middle=True), _text)},
+    "history": {
+        "time": (Column("time", 0), _when),
+        "outcome": (Column("outcome", 1), _text),
+        "options": (Column("options", 2, least=24, middle=True), _shortened),
+        "kernels": (Column("kernels", 3, least=12), _text),
+        "ms": (Column("took", 4, right=True), ms_or_blank),
+        "build_ms": (Column("build", 5, right=True), ms_or_blank),
+        "key": (Column("key", 6), _key),
+        "note": (Column("note", 7, least=16), _shortened),
+        "saved_ms": (Column("saved", 8, right=True), lambda v: ms_or_blank(v) if v else ""),
+        "device": (Column("device", 9, least=20, middle=True), _text)},
+    "kernels": {
+        "kernel": (Column("kernel", 0, least=12), _text),
+        "key": (Column("key", 1), _key),
+        "options": (Column("options", 2, least=20, middle=True), _shortened),
+        "work_group_size": (Column("wg ≤", 3, right=True), _int),
+        "preferred_multiple": (Column("×mult", 4, right=True), _int),
+        "local_mem": (Column("local", 5, right=True), _size),
+        "private_mem": (Column("private", 6, right=True), _size),
+        "registers": (Column("regs", 7, right=True), _int),
+        "spills": (Column("spills", 8, right=True), _size),
+        "shared_mem": (Column("shared", 9, right=True), _size),
+        "args": (Column("args", 10, least=12), _text),
+        "device": (Column("device", 11, least=20, middle=True), _text)},
 }
-_NUMERIC = frozenset({"size", "build", "hits", "took", "saved"})
+#: a kernel figure no row has (the driver does not report it) is named, not shown empty
+_FIGURES = frozenset({"work_group_size", "preferred_multiple", "local_mem", "private_mem",
+                      "registers", "spills", "shared_mem"})
+
+
+#: what an empty frame says
+_EMPTY = {"cache": "no entries yet: each program built (a %%clkernel cell, clmagic.build) is "
+                   "stored here",
+          "history": "no builds in this session yet",
+          "kernels": "no kernels in the cache yet: each program built is listed here with its "
+                     "kernels' facts"}
+
+
+def _device_cell(kind: str, rec: Any) -> Cell:
+    """A stored entry's device in its one short name (the frame keeps the driver's words)."""
+    if kind != "cache":
+        return _text(rec["device"])
+    return device_label(_text(rec.get("platform")), _text(rec["device"]),
+                        _text(rec.get("driver")))
 
 
 def frame_html(df: pd.DataFrame, kind: str) -> str:
-    """The readable table of a :func:`cache_frame` (``kind="cache"``) or :func:`history_frame`
-    (``"history"``): shown columns formatted, the rest named under it."""
-    shown = [c for c in _SHOWN[kind] if c[0] in df.columns]
+    """The readable table of a :func:`cache_frame` (``kind="cache"``), :func:`history_frame`
+    (``"history"``) or :func:`kernels_frame` (``"kernels"``), or of the rows and columns a user
+    picked from one: its columns formatted and fitted to the output area
+    (:func:`clmagic.show.fit.table_html`), the rest named under it."""
+    if df.empty:  # words, not a table of headings over nothing
+        return (f'<div class="clmagic-frame"><i>{html.escape(_EMPTY[kind])}</i> (columns: '
+                f"{html.escape(', '.join(map(str, df.columns)))})</div>")
+    spec = _SHOWN[kind]
+    names = [c for c in spec if c in df.columns
+             and not (c in _FIGURES and not df[c].notna().any())]
     day = _one_day(df) if kind == "history" else None
-    if day:  # a session of one day: its moments as clock times, the day said once below
-        shown = [(c, h, _clock if c == "time" else f) for c, h, f in shown]
     rows = []
     for _, rec in df.head(_MAX_ROWS).iterrows():
-        row: list[Cell] = []
-        for col, _head, fmt in shown:
-            if col == "device" and kind == "cache":
-                row.append(_device(device_label(_text(rec.get("platform")), _text(rec["device"]),
-                                                _text(rec.get("driver")))))
-            else:
-                row.append(fmt(rec[col]))
-        rows.append(row)
-    hidden = [c for c in df.columns if c not in {s[0] for s in shown}]
+        rows.append([_device_cell(kind, rec) if c == "device" else
+                     _clock(rec[c]) if (c == "time" and day) else spec[c][1](rec[c])
+                     for c in names])
+    hidden = [c for c in df.columns if c not in names]
     note = count_of(len(df), "row")
     if len(df) > _MAX_ROWS:
         note += f" (the first {_MAX_ROWS} shown)"
     if hidden:
         note += f" · also in the DataFrame: {', '.join(hidden)}"
-    note += (" · keys and long paths shortened (a cell's tooltip has it in full), times in UTC"
-             f"{f' on {day}' if day else ''} to the second (the data is exact)")
-    return table_html([h for _, h, _ in shown], rows, note, _NUMERIC)
+    note += (" · keys and long values shortened (a cell's tooltip has it in full), times in UTC"
+             f"{f' on {day}' if day else ''} (the data is exact)")
+    return table_html([spec[c][0] for c in names], rows, note)
 
 
 def _one_day(df: pd.DataFrame) -> str | None:
     """The one UTC day every trip of a history frame is on (``2026-12-01``), else ``None``."""
+    if "time" not in df.columns:
+        return None
     days = {fmt_time(t.timestamp())[:10] for t in df["time"] if t == t}
     return days.pop() if len(days) == 1 else None
 
 
 @functools.cache
-def readable(view: Callable[[Any], str]) -> type:
+def readable(view: Callable[[Any], str], kept: bool = False) -> type:
     """A DataFrame class whose notebook display is ``view(df)`` (pandas imported here); the
-    frame itself is pandas' own, every column kept."""
+    frame itself is pandas' own, every column kept.
+
+    ``kept``: the rows and columns picked from it (``df[df.kernel == "matmul"][["key",
+    "options"]]``) are still shown by ``view``, which then shows the columns it knows of those
+    there; a frame whose rows are no longer the entries (a grouping, ``describe()``: a named
+    or non-integer index) is shown as pandas shows it. Otherwise operations give plain
+    DataFrames."""
     import pandas as pd
 
-    # operations on it give plain DataFrames (_constructor); the ignore: pandas ships no
-    # types here (no pandas-stubs), so its DataFrame is Any to mypy
+    # the ignore: pandas ships no types here (no pandas-stubs), so its DataFrame is Any to mypy
     class DataFrame(pd.DataFrame):  # type: ignore[misc]
+        @property
+        def _constructor(self) -> Callable[..., pd.DataFrame]:
+            return DataFrame if kept else pd.DataFrame
+
         def _repr_html_(self) -> str:
+            index = self.index
+            if kept and (index.name is not None or index.dtype.kind not in "iu"):
+                return str(self.to_html(notebook=True, max_rows=_MAX_ROWS))  # pandas' own
             return view(self)
 
     return DataFrame
@@ -200,6 +252,11 @@ def _cache_html(df: pd.DataFrame) -> str:
 
 def _history_html(df: pd.DataFrame) -> str:
     return frame_html(df, "history")
+
+
+def kernels_html(df: pd.DataFrame) -> str:
+    """The table of a kernels frame (:func:`clmagic.show.sweep.kernels_frame`)."""
+    return frame_html(df, "kernels")
 
 
 def cache_frame(device: object = None, *, compiler: Compiler | None = None,
@@ -242,7 +299,7 @@ def cache_frame(device: object = None, *, compiler: Compiler | None = None,
                         for e, ms in zip(entries, cols["build_ms"], strict=True)]
     df = _frame(cols, CACHE_COLUMNS)
     df = df.sort_values("last_used", ascending=False, kind="stable", ignore_index=True)
-    return readable(_cache_html)(df)
+    return readable(_cache_html, kept=True)(df)
 
 
 def history_frame(*, compiler: Compiler | None = None, origin: str | None = None
@@ -251,7 +308,8 @@ def history_frame(*, compiler: Compiler | None = None, origin: str | None = None
 
     Columns (dtypes in :data:`HISTORY_COLUMNS`): ``time`` (UTC), ``outcome`` (MISS, HIT, MEMORY,
     REKEYED, CORRUPT, BYPASS, FAILED), ``kernels``, ``ms`` (the trip), ``build_ms`` (the
-    original driver build), ``saved_ms`` (build minus load for HIT/MEMORY/REKEYED, else 0), ``device``, ``key``, ``options``,
+    original driver build), ``saved_ms`` (build minus load for HIT/MEMORY/REKEYED, else 0),
+    ``device``, ``key``, ``options``,
     ``preview`` (first code line), ``source`` (only with ``CLMAGIC_RECORD=full``), ``saved``
     (written to the store), ``note``, ``origin`` (``cell``, or the module that called
     ``pyopencl.Program.build`` under :func:`clmagic.install`); ``origin`` keeps only those trips.
@@ -269,4 +327,4 @@ def history_frame(*, compiler: Compiler | None = None, origin: str | None = None
         }
         for name, value in row.items():
             cols[name].append(value)
-    return readable(_history_html)(_frame(cols, HISTORY_COLUMNS))
+    return readable(_history_html, kept=True)(_frame(cols, HISTORY_COLUMNS))

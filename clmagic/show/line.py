@@ -1,11 +1,12 @@
-"""The line under a cell, as text and as HTML, with its build log, and the HTML table every
-rendering shares; the renderings of the cache (statistics, clears, the panel, bundles) are
-:mod:`clmagic.show.cache`'s, the plain formats (durations, sizes, keys, device names, a log's
-locations) :mod:`clmagic._format`'s, on the ground floor, because layers below need them too.
+"""The line under a cell, as text and as HTML, with its build log (the HTML table every
+rendering shares is :mod:`clmagic.show.fit`'s); the renderings of the cache (statistics,
+clears, the panel, bundles) are :mod:`clmagic.show.cache`'s, the plain formats (durations,
+sizes, keys, device names, a log's locations) :mod:`clmagic._format`'s, on the ground floor,
+because layers below need them too.
 
 It imports nothing of clmagic at run time but those formats and :mod:`clmagic.show.facts` (the
-types below are for the checker only): a build result gets its line from here through :mod:`clmagic.show.views`, and the build
-trip never imports a renderer.
+types below are for the checker only): a build result gets its line from here through
+:mod:`clmagic.show.views`, and the build trip never imports a renderer.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from clmagic.show.facts import facts_html
 if TYPE_CHECKING:
     from clmagic.trip.results import BuildResult
 
-__all__ = ["result_text", "result_html", "result_bundle", "COLOURS", "shown_log", "table_html"]
+__all__ = ["result_text", "result_html", "result_bundle", "COLOURS", "shown_log"]
 
 COLOURS = {
     "MISS": "#c0392b",
@@ -35,34 +36,6 @@ _WORD = {"BYPASS": "BUILD"}
 #: a device's first use (its context made) is said on the line from this many ms
 _SETUP_SHOWN_MS = 5.0
 _WARNING = re.compile(r"\bwarning:", re.IGNORECASE)
-
-
-#: a table cell: its text, or (text shown, full value for its tooltip)
-Cell = str | tuple[str, str]
-
-
-def _td(style: str, value: Cell) -> str:
-    shown, full = (value, "") if isinstance(value, str) else value
-    title = f' title="{html.escape(full)}"' if full and full != shown else ""
-    return f'<td style="{style}"{title}>{html.escape(shown)}</td>'
-
-
-def table_html(head: list[str], rows: list[list[Cell]], note: str = "",
-               numeric: frozenset[str] = frozenset()) -> str:
-    """A table a person can read: no wrapping inside a value, scrolls sideways when wide,
-    ``numeric`` columns right-aligned, and a note under it. A cell given as (shown, full)
-    shows the first and has the full value as its tooltip (a long path shortened)."""
-    cell = "padding:2px 8px;white-space:nowrap;border-bottom:1px solid #ddd;"
-    heads = "".join(f'<th style="{cell}text-align:{"right" if h in numeric else "left"}">'
-                    f"{html.escape(h)}</th>" for h in head)
-    body = "".join(
-        "<tr>" + "".join(_td(f'{cell}text-align:{"right" if h in numeric else "left"}', v)
-                         for h, v in zip(head, row)) + "</tr>"
-        for row in rows)
-    foot = f'<div style="font-size:85%;color:#666">{html.escape(note)}</div>' if note else ""
-    return (f'<div class="clmagic-frame" style="overflow-x:auto">'
-            f'<table style="border-collapse:collapse;font-size:90%">'
-            f"<thead><tr>{heads}</tr></thead><tbody>{body}</tbody></table>{foot}</div>")
 
 
 def _timing(r: BuildResult) -> str:

@@ -9,11 +9,12 @@ from clmagic._format import count_of, fmt_duration
 from clmagic.outcome import Outcome
 from clmagic.process.session import or_default
 from clmagic.show.line import COLOURS
+from clmagic.trip.records import Record, from_origin
 
 if TYPE_CHECKING:
     from clmagic.trip.compiler import Compiler
 
-__all__ = ["plot_history"]
+__all__ = ["plot_history", "theme_neutral", "NEUTRAL"]
 
 
 def _name(kernels: tuple[str, ...] | list[str]) -> str:
@@ -24,16 +25,51 @@ def _name(kernels: tuple[str, ...] | list[str]) -> str:
     return first + (f" +{len(kernels) - 1}" if len(kernels) > 1 else "")
 
 
-def plot_history(*, compiler: Compiler | None = None, ax: Any = None) -> Any:
+#: the colour of text, ticks and lines that reads on JupyterLab's light and dark themes alike
+NEUTRAL = "#8a8a8a"
+
+
+def theme_neutral(ax: Any) -> None:
+    """Make ``ax``'s figure read in a light and a dark theme: no background (the page's shows
+    through, as in JupyterLab's dark theme, where a white figure glares), text, ticks, axes
+    and legend in a grey that reads on both."""
+    fig = ax.figure
+    fig.patch.set_alpha(0.0)
+    ax.set_facecolor("none")
+    ax.tick_params(colors=NEUTRAL, which="both")
+    for spine in ax.spines.values():
+        spine.set_color(NEUTRAL)
+    for text in (ax.title, ax.xaxis.label, ax.yaxis.label, *ax.texts):
+        text.set_color(NEUTRAL)
+    legend = ax.get_legend()
+    if legend is not None:
+        for text in legend.get_texts():
+            text.set_color(NEUTRAL)
+
+
+def _trips(compiler: Compiler | None, fingerprint: str | None, origin: str | None
+           ) -> list[Record]:
+    """The session's trips on the device ``fingerprint`` (``None``: every device), of
+    ``origin``."""
+    return [r for r in or_default(compiler).history.records
+            if (fingerprint is None or r.fingerprint == fingerprint)
+            and from_origin(r.origin, origin)]
+
+
+def plot_history(*, compiler: Compiler | None = None, ax: Any = None,
+                 fingerprint: str | None = None, origin: str | None = None) -> Any:
     """Plot each build trip of this session: a bar of the time it took, coloured by outcome
-    (MISS red, HIT green, MEMORY blue, ...), named by its kernels, and a black tick at the
+    (MISS red, HIT green, MEMORY blue, ...), named by its kernels, and a grey tick at the
     original driver build time, so the gap between tick and bar is the time a hit saved. Log
     scale; the legend sits beside the bars, not on them.
 
-    Draws on ``ax`` when given, else on a new figure; returns the figure. A new figure is not
-    left open in pyplot, so a notebook shows it once (as the cell's value), not twice.
+    ``fingerprint`` and ``origin``: only the trips on that device, of that origin (the cache
+    panel's scope). Draws on ``ax`` when given, else on a new figure; returns the figure. A new
+    figure is not left open in pyplot, so a notebook shows it once (as the cell's value), not
+    twice. It has no background and grey text (:func:`theme_neutral`): it reads in a dark
+    theme too.
     """
-    records = or_default(compiler).history.records
+    records = _trips(compiler, fingerprint, origin)
     if ax is None:
         import matplotlib.pyplot as plt
 
@@ -41,14 +77,16 @@ def plot_history(*, compiler: Compiler | None = None, ax: Any = None) -> Any:
         plt.close(fig)  # displayed as the returned value only
     fig = ax.figure
     if not records:
-        ax.text(0.5, 0.5, "no builds yet", ha="center", va="center", transform=ax.transAxes)
+        ax.text(0.5, 0.5, "no builds yet" + (" on this device" if fingerprint else ""),
+                ha="center", va="center", transform=ax.transAxes)
         ax.set_axis_off()
+        theme_neutral(ax)
         return fig
     x = list(range(1, len(records) + 1))
     taken = [max(r.ms, 1e-3) for r in records]
     ax.bar(x, taken, color=[COLOURS.get(r.outcome, "#555") for r in records], width=0.7)
-    ax.scatter(x, [max(r.build_ms, 1e-3) for r in records], marker="_", s=300, color="black",
-               label="driver build ms", zorder=3)
+    ax.scatter(x, [max(r.build_ms, 1e-3) for r in records], marker="_", s=300, color=NEUTRAL,
+               linewidths=2, label="driver build ms", zorder=3)
     from matplotlib.patches import Patch
 
     seen = [o for o in Outcome if any(r.outcome == o for r in records)]
@@ -73,6 +111,8 @@ def plot_history(*, compiler: Compiler | None = None, ax: Any = None) -> Any:
                   fontsize=8)
     saved = sum(r.saved_ms for r in records)
     # trips, not builds: HITs and refused builds are bars too
-    ax.set_title(f"clmagic: {count_of(len(records), 'build trip')}, "
+    where = f" on {records[0].device.label}" if fingerprint else ""
+    ax.set_title(f"clmagic: {count_of(len(records), 'build trip')}{where}, "
                  f"{fmt_duration(saved)} saved", fontsize=10)
+    theme_neutral(ax)
     return fig

@@ -90,7 +90,9 @@ class CacheWidget(w.VBox):  # type: ignore[misc]  # ipywidgets ships no types: V
     "Clear all" clears those), ``facts`` (the selected entries' kernel facts), ``refresh_button``,
     ``clear_selected_button``, ``clear_all_button`` (asks for a second, confirming click),
     ``status`` (entries, MB, hit rate,
-    time saved), ``message`` (what the last action did), ``errors``, ``plot`` (session history).
+    time saved), ``message`` (what the last action did), ``errors``, ``plot`` (the session's
+    trips on the shown device, of the chosen origin: the status line's scope), ``empty`` (what
+    an empty table says in its place).
     """
 
     children: Any  # ipywidgets' trait (ipywidgets ships no types)
@@ -114,9 +116,13 @@ class CacheWidget(w.VBox):  # type: ignore[misc]  # ipywidgets ships no types: V
         self.origin = w.Dropdown(options=[("all origins", "")], value="",
                                  description="origin", layout=w.Layout(width="max-content"))
         self.header = w.HTML(f'{_STYLE}<div class="clmagic-head">{html.escape(ENTRY_HEAD)}</div>')
-        self.table = w.SelectMultiple(options=[], rows=10, layout=w.Layout(width="100%"))
+        # the output area's width, less the margins ipywidgets puts around it (100% ran 4 px
+        # past the output area: a sideways scrollbar under the panel)
+        self.table = w.SelectMultiple(options=[], rows=10, layout=w.Layout(
+            width="calc(100% - 2 * var(--jp-widgets-margin, 2px))"))
         self.table.add_class("clmagic-table")
         self.facts = w.HTML()  # the selected entries' kernel facts (_on_select)
+        self.empty = w.HTML()  # in the table's place when it has no rows: not a blank box
         self.table.observe(self._on_select, names="value")
         self.use_button = w.Button(description="Use for %%clkernel", icon="check",
                                    layout=w.Layout(width="auto", min_width="190px"))
@@ -141,8 +147,8 @@ class CacheWidget(w.VBox):  # type: ignore[misc]  # ipywidgets ships no types: V
         self.clear_all_button.on_click(self._on_clear_all)
         buttons = w.HBox([self.refresh_button, self.clear_selected_button, self.clear_all_button])
         self._parts = [w.HBox([self.device, self.use_button]), self.building, self.header,
-                       self.table, self.facts, buttons, self.status, self.message, self.errors] + (
-                           [self.plot] if plot else [])
+                       self.table, self.empty, self.facts, buttons, self.status, self.message,
+                       self.errors] + ([self.plot] if plot else [])
         super().__init__(self._parts)
         self.add_class("clmagic-widget")
         self.compiler.history.listen(self._on_session)
@@ -190,9 +196,10 @@ class CacheWidget(w.VBox):  # type: ignore[misc]  # ipywidgets ships no types: V
             total = sum(u.size for u in store.usage_list())
         label = _devices.resolve_device(self.device.value)[0].label
         self.status.value = panel_status_html(entries, s, where, total, device=label)
+        self._show_empty(not entries, label, wanted)
         self._show_building()
-        if self._with_plot:
-            self._draw()
+        if self._with_plot:  # the plot's scope is the status line's: this device, this origin
+            self._draw(fp, wanted)
 
     @staticmethod
     def _full_options(entries: list[Entry]) -> str | None:
@@ -202,6 +209,16 @@ class CacheWidget(w.VBox):  # type: ignore[misc]  # ipywidgets ships no types: V
                if entry_options(e.meta.options) != (e.meta.options or "-")
                or len(e.meta.options) > 22]
         return "options in full:\n" + "\n".join(cut) if cut else None
+
+    def _show_empty(self, empty: bool, label: str, origin: str | None) -> None:
+        """An empty table says so, in words, in its place (a list with no rows is a blank box
+        that reads as "still loading")."""
+        for part in (self.header, self.table):
+            part.layout.display = "none" if empty else None
+        of = f" from {origin}" if origin else ""
+        self.empty.value = ("" if not empty else
+                            f"<i>no entries{of} for {html.escape(label)} yet: each program "
+                            "built on it (a %%clkernel cell, clmagic.build) is listed here</i>")
 
     def _show_building(self) -> None:
         """Say which device ``%%clkernel`` builds on; offer the shown one when it differs."""
@@ -232,13 +249,14 @@ class CacheWidget(w.VBox):  # type: ignore[misc]  # ipywidgets ships no types: V
         if shown != (self.origin in self.children):
             self.children = self._parts[:2] + ([self.origin] if shown else []) + self._parts[2:]
 
-    def _draw(self) -> None:
+    def _draw(self, fingerprint: str, origin: str | None) -> None:
         from matplotlib.figure import Figure
 
         from clmagic.show.plot import plot_history
 
         fig = Figure(figsize=(8, 2.8), dpi=80, layout="constrained")
-        plot_history(compiler=self.compiler, ax=fig.add_subplot())
+        plot_history(compiler=self.compiler, ax=fig.add_subplot(), fingerprint=fingerprint,
+                     origin=origin)
         buf = io.BytesIO()
         fig.savefig(buf, format="png")
         self.plot.value = buf.getvalue()

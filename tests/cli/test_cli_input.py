@@ -211,13 +211,14 @@ def test_config_columns_are_left_aligned(many):
 @pytest.mark.parametrize("args", [
     ("ls", "--csv"), ("ls", "--json"), ("ls",), ("ls", "--help"), ("config",), ("stats",),
     ("--help",), ("export", "--help"), ("info",), ("config", "--json"), ("stats", "--json"),
+    ("devices",),
 ])
 @pytest.mark.parametrize("reads", [2, 0])
 def test_a_reader_that_goes_away_ends_it_quietly(many, args, reads):
     """``clmagic ls --csv | head -2``: a real pipe, closed after 2 lines, ends the command with
-    no traceback and no "Exception ignored", whatever it was printing. Closed before anything
-    is read (``reads=0``), every write meets it: the quiet exit is then certain, not only when
-    the output outgrew what the pipe holds."""
+    no traceback, no "Exception ignored" and exit 0 (the reader has what it wanted), whatever
+    it was printing. Closed before anything is read (``reads=0``), every write meets it: the
+    quiet exit is then certain, not only when the output outgrew what the pipe holds."""
     r, w = os.pipe()
     proc = subprocess.Popen([sys.executable, "-m", "clmagic", *args], stdout=w,
                             stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
@@ -231,9 +232,7 @@ def test_a_reader_that_goes_away_ends_it_quietly(many, args, reads):
     os.close(r)
     _, err = proc.communicate(timeout=120)
     assert err == b"", err
-    if reads == 0 and "--help" not in args:  # (argparse drops a failed write of its help)
-        assert proc.returncode == 1
-    assert proc.returncode in (0, 1)
+    assert proc.returncode == 0  # the reader has what it wanted: the work did not fail
 
 
 def test_help_shows_the_magic_as_written_and_export_names_its_option(here, pocl):

@@ -274,14 +274,21 @@ def test_frames_display_a_readable_table_and_keep_the_exact_data(compiler, pocl,
     compiler.build(OTHER, device=oclgrind)  # MEMORY
     cache, history = clmagic.cache_frame(compiler=compiler), clmagic.history_frame(
         compiler=compiler)
-    assert isinstance(cache, pd.DataFrame) and type(cache.head()) is pd.DataFrame
+    assert isinstance(cache, pd.DataFrame)
     assert set(cache["key"]) >= {a.key} and len(a.key) == 64  # the data stays exact
+    # rows and columns picked from a frame read the same way; a grouping is pandas' own
+    picked = cache[cache["key"] == a.key][["key", "options"]]
+    assert "clmagic-frame" in picked._repr_html_() and len(picked) == 1
+    assert "clmagic-frame" not in cache.groupby("device")[["hits"]].sum()._repr_html_()
+    assert type(cache.describe()) is pd.DataFrame
     for df in (cache, history):
         page = df._repr_html_()
-        assert a.key[:12] + "…" in page and a.key not in page  # a short key
+        shown = re.sub(r' title="[^"]*"', "", page)  # the text a reader sees, tooltips apart
+        assert a.key[:12] + "…" in shown and a.key not in shown  # a short key
+        assert f'title="{a.key}"' in page  # in full in its tooltip
         assert "white-space:nowrap" in page  # no value wrapped over lines
         assert a.device.label in page  # one device label in both tables
-        assert "pthread" not in page.replace(a.device.label, "")
+        assert "pthread" not in shown.replace(a.device.label, "")
         assert f"{a.build_ms:.1f} ms" in page  # ms to one decimal
         assert not re.search(r"\d\.\d{3,} ms", page)
         assert not re.search(r"\d\d:\d\d:\d\d\.\d", page)  # times to the second
