@@ -16,8 +16,9 @@ from clmagic._format import count_of, end_cut, fmt_bytes
 from clmagic.cache.sweep import SweepRun, sweep_run
 from clmagic.opencl.facts import FACT_FIELDS, KernelFacts, facts_from_json
 from clmagic.process.session import or_default
-from clmagic.show.frames import ms_or_blank, readable
-from clmagic.show.line import Cell, table_html
+from clmagic.show.fit import Cell, Column, table_html
+from clmagic.show.frames import kernels_html, ms_or_blank, readable
+from clmagic.show.plot import theme_neutral
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -89,8 +90,13 @@ def sweep_html(df: pd.DataFrame) -> str:
     facts = [c for c in FACT_COLUMNS if c in df.columns and df[c].notna().any()]
     unknown = [c for c in FACT_COLUMNS if c in df.columns and c not in facts]
     best = df.attrs.get("best") or {}
-    head = ["", *params, "outcome", "build", *(_FACT_HEADS[c][0] for c in facts),
-            "median µs", "min µs", "spread µs", "error"]
+    # what stays in a narrow output area: the mark, the parameters, the outcome and the
+    # median, then the error's start (in full in its tooltip); the other figures go first
+    head = [Column("", 0), *(Column(p, 0) for p in params), Column("outcome", 1),
+            Column("build", 4, right=True),
+            *(Column(_FACT_HEADS[c][0], 7, right=True) for c in facts),
+            Column("median µs", 2, right=True), Column("min µs", 5, right=True),
+            Column("spread µs", 6, right=True), Column("error", 3, least=16)]
     rows: list[list[Cell]] = []
     for _, r in df.iterrows():
         is_best = bool(best) and all(str(r[c]) == str(best.get(c)) for c in params)
@@ -110,9 +116,7 @@ def sweep_html(df: pd.DataFrame) -> str:
         note += (f" · not reported by this driver: {', '.join(unknown)}"
                  + (" (NVIDIA gives registers and spills)" if "registers" in unknown else ""))
     note += " · also in the DataFrame: options, resumed"
-    numeric = frozenset({"build", *(_FACT_HEADS[c][0] for c in facts), "median µs", "min µs",
-                         "spread µs"})
-    return table_html(head, rows, note, numeric)
+    return table_html(head, rows, note)
 
 
 @contextmanager
@@ -192,6 +196,7 @@ def plot_sweep(df: pd.DataFrame, ax: Axes | None = None) -> Axes:
     figure = ax.get_figure()
     if figure is not None and hasattr(figure, "tight_layout"):  # not a SubFigure
         figure.tight_layout()
+    theme_neutral(ax)  # no white box in a dark theme
     return ax
 
 
@@ -227,4 +232,4 @@ def kernels_frame(device: object = None, compiler: Compiler | None = None) -> pd
     for k in FACT_FIELDS:
         if k != "compile_work_group_size":
             df[k] = df[k].astype("Int64")
-    return df
+    return readable(kernels_html, kept=True)(df)
