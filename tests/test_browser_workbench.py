@@ -9,12 +9,15 @@ from __future__ import annotations
 import pytest
 from test_browser import (  # noqa: F401  (lab and page are fixtures)
     ARTIFACTS,
+    KERNEL_IDLE,
     cell,
     expect_count,
     expect_text,
     lab,
     open_new_notebook,
     page,
+    run_all,
+    wait_idle,
 )
 
 pytestmark = pytest.mark.browser
@@ -105,3 +108,70 @@ def test_the_workbench_reads_clearly(lab, page, tmp_path):
     panel.scroll_into_view_if_needed()
     panel.screenshot(path=str(ARTIFACTS / "browser-25-panel-facts.png"))
     assert any(cache.rglob("sweeps/*.json"))  # the sweep's timings, in the cache folder
+
+
+CHECK_CELLS = {
+    "load": CELLS["load"],
+    "kernel": """%%clkernel
+__kernel void shift_right(__global const float *x, __global float *y)
+{
+    int i = get_global_id(0);
+    y[i + 1] = x[i];
+}""",
+    "buffers": """n = 64
+mf = cl.mem_flags
+x_buf = cl.Buffer(cl_ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=np.arange(n, dtype=np.float32))
+y_buf = cl.Buffer(cl_ctx, mf.READ_WRITE | mf.COPY_HOST_PTR, hostbuf=np.zeros(n, np.float32))""",
+    "check": "%clcheck shift_right(cl_queue, (n,), (16,), x_buf, y_buf)",
+}
+
+
+def test_a_finding_reads_under_its_cell(lab, page, tmp_path):
+    """%clcheck (issue 36): the finding under the cell, its cell line with the caret under the
+    store, all of it in the output area's width."""
+    url, _ = lab
+    ARTIFACTS.mkdir(exist_ok=True)
+    open_new_notebook(page, url, tmp_path / "root", "check.ipynb", CHECK_CELLS)
+    out = cell(page, CHECK_CELLS, "check").locator(".clmagic-check")
+    expect_text(out, "FOUND")
+    assert out.get_attribute("data-outcome") == "FOUND"
+    text = out.inner_text()
+    assert "shift_right: 1 problem: 1 invalid write" in text
+    assert "line 5:14: invalid write of 4 bytes past the end of argument `y` (index 64 of 64)" \
+        in text
+    assert "   5 |     y[i + 1] = x[i];\n     |              ^" in text
+    assert "by work-item 63 (group 3)" in text
+    assert out.evaluate("e => e.scrollWidth <= e.closest('.jp-OutputArea').clientWidth")
+    cell(page, CHECK_CELLS, "kernel").scroll_into_view_if_needed()
+    page.screenshot(path=str(ARTIFACTS / "browser-36-finding.png"))
+
+
+def test_notebook_6_finds_each_bug_and_passes_each_fix(lab, page, tmp_path):
+    import shutil
+
+    from conftest import ROOT
+
+    url, _ = lab
+    ARTIFACTS.mkdir(exist_ok=True)
+    name = "06-finding-bugs.ipynb"
+    shutil.copy2(ROOT / "notebooks" / name, tmp_path / "root" / name)
+    page.goto(f"{url}/lab/tree/{name}")
+    page.wait_for_selector(".jp-Notebook .jp-Cell")
+    page.evaluate("() => { window.jupyterapp.commands.execute('application:toggle-left-area'); }")
+    page.wait_for_function(KERNEL_IDLE)
+    run_all(page)
+    page.wait_for_function(
+        "() => document.querySelectorAll('.jp-OutputArea .clmagic-check').length === 4")
+    wait_idle(page)
+    checks = page.locator(".jp-OutputArea .clmagic-check")
+    assert [checks.nth(i).get_attribute("data-outcome") for i in range(4)] == \
+        ["FOUND", "CLEAN", "FOUND", "CLEAN"]
+    assert page.locator("[data-mime-type='application/vnd.jupyter.stderr']").count() == 0
+    checks.nth(0).scroll_into_view_if_needed()
+    page.screenshot(path=str(ARTIFACTS / "browser-36-notebook-off-by-one.png"))
+    racy = checks.nth(2)
+    expect_text(racy, "data race on argument `part` (index 1 of 16)")
+    racy.scroll_into_view_if_needed()
+    page.screenshot(path=str(ARTIFACTS / "browser-36-notebook-race.png"))
+    checks.nth(3).scroll_into_view_if_needed()
+    page.screenshot(path=str(ARTIFACTS / "browser-36-notebook-fixed.png"))

@@ -265,7 +265,7 @@ def test_finding_bugs_finds_each_bug_and_passes_each_fix(twice, oclgrind):
         fixed = _check_shown(nb, "%clcheck shift_right(cl_queue, (n,), (16,), x_buf, y_buf, np")
         assert 'data-outcome="CLEAN"' in fixed and "no problems found in 64 work-items" in fixed
         racy = _check_shown(nb, "racy = %clcheck")
-        assert 'data-outcome="FOUND"' in racy and "data race on local memory" in racy
+        assert 'data-outcome="FOUND"' in racy and "data race on argument `part` (index 1 of 16)" in racy
         frame = frame_rows(output_of(nb, "clmagic.check_frame(racy)"))
         assert "data race" in {row["kind"] for row in frame.values()}
         clean = _check_shown(nb, "fixed = %clcheck group_sum(")

@@ -39,7 +39,7 @@ def finding_text(f: Finding, report: CheckReport) -> str:
         f"line {f.line}: " if f.line is not None else ""
     details = [f"by {f.who}"] if f.who else []
     if f.other_line is not None:
-        details.append(f"against line {f.other_line}")
+        details.append(f"the other access at line {f.other_line}")
     if f.times > 1:
         details.append(f"reported {f.times} times by Oclgrind")
     message = where + f.what + ("\n  " + " · ".join(details) if details else "")

@@ -53,6 +53,15 @@ __kernel void spin(__global int *a)
     while (a[0] >= 0)
         a[1] = a[1] + 1;
 }
+
+__kernel void shared(__global int *out, __local int *scratch, __local float *unused)
+{
+    __local int total[1];
+    int i = get_local_id(0);
+    scratch[i] = i;
+    total[0] = total[0] + i;
+    out[get_global_id(0)] = scratch[(i + 1) % get_local_size(0)] + total[0];
+}
 """
 N = 64
 
@@ -177,3 +186,26 @@ def test_the_public_name_and_a_wrong_argument_count(built, compiler):
     assert clmagic.check_kernel is check_kernel
     with pytest.raises(OptionsError, match="fixed takes 2 arguments, 1 given"):
         _check(built, "fixed", None, compiler=compiler)
+
+
+def test_local_memory_is_named_by_its_argument_and_a_local_array_as_the_kernels(built, compiler):
+    (out,) = _buffers(built, np.zeros(N, np.int32))
+    report = _check(built, "shared", out, cl.LocalMemory(16 * 4), cl.LocalMemory(8),
+                    compiler=compiler)
+    races = [f for f in report.findings if f.kind == "data race"]
+    assert [f.what for f in races] == ["data race on a __local array of the kernel (byte 0)",
+                                       "data race on argument `scratch` (index 1 of 16)"]
+    assert (races[0].line, races[0].argument) == (47, None)
+    assert races[1].line == 46 and races[1].other_line == 48 and races[1].argument == "scratch"
+    # the races come first: what they leave uninitialised after them
+    assert [f.kind for f in report.findings][:2] == ["data race", "data race"]
+
+
+def test_a_long_launch_is_announced_before_it_starts(built, compiler):
+    (c,) = _buffers(built, np.zeros(1, np.int32))
+    said: list[str] = []
+    report = check_kernel(built.kernels["count_atomic"], built.queue, (1 << 16,), (64,), c,
+                          compiler=compiler, note=said.append)
+    assert report.clean
+    assert said == ["checking count_atomic over 65536 work-items under Oclgrind, an "
+                    "interpreter: about 1 s or more (stopped after 60 s)"]

@@ -90,17 +90,29 @@ def _value(i: int, arg: Arg, info: tuple[str, str, str], ctx: cl.Context) -> Any
     return np.array(arg.value).astype(dtype)[()]
 
 
-def _where(ctx: cl.Context, queue: cl.CommandQueue, buffers: dict[int, cl.Buffer]
-           ) -> dict[int, int]:
-    """Each buffer's address as Oclgrind numbers it (the probe writes its pointer)."""
-    probe = cl.Kernel(cl.Program(ctx, _PROBE).build(), "where")
-    out = cl.Buffer(ctx, cl.mem_flags.WRITE_ONLY, 8)
+def _where(ctx: cl.Context, queue: cl.CommandQueue, values: list[Any]) -> dict[int, int]:
+    """Each buffer and local-memory argument's address as Oclgrind numbers it: a probe writes
+    each buffer's pointer, and another, with the same local arguments in the same order, theirs
+    (Oclgrind gives a work-group's local arguments its first local buffers, in order, and the
+    kernel's own ``__local`` arrays the ones after: the probe's numbers are the kernel's)."""
+    out = cl.Buffer(ctx, cl.mem_flags.WRITE_ONLY, 8 * max(len(values), 1))
+    host = np.zeros(max(len(values), 1), np.uint64)
     found = {}
-    for i, buf in buffers.items():
-        probe(queue, (1,), None, buf, out)
-        host = np.zeros(1, np.uint64)
+    probe = cl.Kernel(cl.Program(ctx, _PROBE).build(), "where")
+    for i, value in enumerate(values):
+        if isinstance(value, cl.Buffer):
+            probe(queue, (1,), None, value, out)
+            cl.enqueue_copy(queue, host, out)
+            found[i] = int(host[0])
+    local = [i for i, v in enumerate(values) if isinstance(v, cl.LocalMemory)]
+    if local:
+        params = ", ".join(f"__local char *a{j}" for j in range(len(local)))
+        body = " ".join(f"out[{j}] = (ulong)a{j};" for j in range(len(local)))
+        source = f"__kernel void where_local({params}, __global ulong *out) {{ {body} }}"
+        cl.Kernel(cl.Program(ctx, source).build(), "where_local")(
+            queue, (1,), (1,), *(values[i] for i in local), out)
         cl.enqueue_copy(queue, host, out)
-        found[i] = int(host[0])
+        found.update({i: int(host[j]) for j, i in enumerate(local)})
     return found
 
 
@@ -125,14 +137,14 @@ def _launch(request: dict[str, Any], args: list[Arg]) -> dict[str, Any]:
                            f"{len(args)} given")
     values = [_value(i, a, info, r.context)
               for i, (a, info) in enumerate(zip(args, infos, strict=True))]
-    buffers = {i: v for i, v in enumerate(values) if isinstance(v, cl.Buffer)}
-    where = _where(r.context, r.queue, buffers)
+    where = _where(r.context, r.queue, values)
     log = os.environ.get("OCLGRIND_LOG", "")
     _say({"launching": os.path.getsize(log) if log and os.path.exists(log) else 0,
           "outcome": str(r.outcome),
           "buffers": [{"index": i, "name": infos[i][0], "type_name": infos[i][1],
                        "element": element_size(infos[i][1]), "nbytes": args[i].size,
-                       "address": where[i]} for i in buffers]})
+                       "address": address, "space": infos[i][2]}
+                      for i, address in where.items()]})
     t0 = time.perf_counter()
     kernel(r.queue, tuple(request["global_size"]),
            None if request["local_size"] is None else tuple(request["local_size"]), *values)

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from clmagic._format import count_of
 from clmagic.cache.checker.oclgrind_log import Message, Place
 
-__all__ = ["Finding", "CheckReport", "BufferInfo", "findings_of", "KINDS"]
+__all__ = ["Finding", "CheckReport", "BufferInfo", "findings_of", "KINDS", "ORDER"]
 
 #: each kind of finding, by the words that start Oclgrind's headline (lower case)
 KINDS: tuple[tuple[str, str], ...] = (
@@ -42,10 +42,17 @@ KINDS: tuple[tuple[str, str], ...] = (
 )
 
 
+#: the order findings are shown in: what breaks memory first, then what follows from it (an
+#: uninitialised value is often a race's or a stray read's consequence); first met within a kind
+ORDER = ("invalid write", "invalid read", "data race", "barrier divergence", "unaligned access",
+         "uninitialised value", "launch refused")
+
+
 @dataclass(frozen=True)
 class BufferInfo:
-    """One buffer argument as the checker's child set it: its index and name, its element type
-    (``float``), the element's size in bytes, its size, and where Oclgrind put it."""
+    """One buffer or local-memory argument as the checker's child set it: its index and name,
+    its element type (``float*``), the element's size in bytes, its size, where Oclgrind put it
+    and in which memory (``global``, ``constant``, ``local``)."""
 
     index: int
     name: str
@@ -53,6 +60,7 @@ class BufferInfo:
     element: int
     nbytes: int
     address: int
+    space: str = "global"
 
 
 @dataclass(frozen=True)
@@ -154,14 +162,16 @@ def _who(msg: Message, dims: int) -> str:
     return f"{word} {names} (group{'s' if len(groups) > 1 else ''} {', '.join(groups)})"
 
 
-def _buffer(address: int, buffers: tuple[BufferInfo, ...]) -> BufferInfo | None:
-    """The buffer whose byte range ``address`` is nearest (inside it: distance 0)."""
+def _buffer(address: int, space: str, buffers: tuple[BufferInfo, ...]) -> BufferInfo | None:
+    """The argument of that memory whose byte range ``address`` is nearest (inside it:
+    distance 0)."""
     def distance(b: BufferInfo) -> int:
         if address < b.address:
             return b.address - address
         return max(address - (b.address + b.nbytes) + 1, 0)
 
-    near = min(buffers, key=distance, default=None)
+    near = min((b for b in buffers if (b.space == "local") == (space == "local")),
+               key=distance, default=None)
     return near if near is not None and distance(near) < (1 << 32) else None
 
 
@@ -169,8 +179,8 @@ def _on(msg: Message, buffers: tuple[BufferInfo, ...]) -> tuple[str, str | None]
     """Where the access went, in words, and the argument's name (``None``: not an argument)."""
     if msg.address is None or msg.space is None:
         return "", None
-    if msg.space in ("global", "constant"):
-        buf = _buffer(msg.address, buffers)
+    if msg.space in ("global", "constant", "local"):
+        buf = _buffer(msg.address, msg.space, buffers)
         if buf is not None:
             offset = msg.address - buf.address
             index, n = offset // buf.element, buf.nbytes // buf.element
@@ -180,8 +190,10 @@ def _on(msg: Message, buffers: tuple[BufferInfo, ...]) -> tuple[str, str | None]
                 return (f"before the start of argument `{buf.name}` (index {index} of {n})",
                         buf.name)
             return f"argument `{buf.name}` (index {index} of {n})", buf.name
-        return f"{msg.space} memory at 0x{msg.address:x}", None
-    return f"{msg.space} memory (byte {msg.address & ((1 << 48) - 1)})", None
+    low = msg.address & ((1 << 48) - 1)  # within Oclgrind's buffer (its number is above)
+    if msg.space == "local":
+        return f"a __local array of the kernel (byte {low})", None
+    return f"{msg.space} memory (byte {low} of a buffer that is no argument)", None
 
 
 def _what(kind: str, msg: Message, on: str) -> str:
@@ -235,5 +247,7 @@ def findings_of(msgs: list[Message], buffers: tuple[BufferInfo, ...], dims: int,
             argument=argument, times=0, message=msg.text,
             other_line=None if other is None else other + line_offset)
     read_at = {f.line for f in seen.values() if f.kind == "invalid read"}
-    return tuple(dataclasses.replace(f, times=counts[k]) for k, f in seen.items()
-                 if not (f.kind == "uninitialised value" and f.line in read_at))
+    kept = [dataclasses.replace(f, times=counts[k]) for k, f in seen.items()
+            if not (f.kind == "uninitialised value" and f.line in read_at)]
+    return tuple(sorted(kept, key=lambda f: ORDER.index(f.kind) if f.kind in ORDER
+                        else len(ORDER)))
