@@ -209,3 +209,21 @@ def test_a_long_launch_is_announced_before_it_starts(built, compiler):
     assert report.clean
     assert said == ["checking count_atomic over 65536 work-items under Oclgrind, an "
                     "interpreter: about 1 s or more (stopped after 60 s)"]
+
+
+def test_a_kernel_of_a_program_built_from_source_elsewhere_is_checked_from_the_drivers_text(
+        built, compiler):
+    prg = cl.Program(built.context, SRC).build()  # pyopencl's own build, not clmagic's
+    x, y = _buffers(built, np.arange(N, dtype=np.float32), np.zeros(N, np.float32))
+    report = check_kernel(cl.Kernel(prg, "oob"), built.queue, (N,), (16,), x, y,
+                          compiler=compiler, note=None)
+    (f,) = report.findings
+    assert f.line == 4 and "past the end of argument `y`" in f.what  # the source's own line
+
+
+def test_a_flood_of_messages_says_that_oclgrind_stopped_reporting(built, compiler):
+    (c,) = _buffers(built, np.zeros(1, np.int32))
+    report = check_kernel(built.kernels["count"], built.queue, (1024,), (256,), c,
+                          compiler=compiler, note=None)
+    assert report.capped and report.summary == ("1 problem: 1 data race (Oclgrind stopped "
+                                                 "reporting: more may be hidden)")
