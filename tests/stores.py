@@ -34,7 +34,7 @@ from pathlib import Path
 
 import pytest
 
-from clmagic.entry import FORMAT_VERSION, Entry, parse_json
+from clmagic.entry import FORMAT_VERSION, Entry, parse_json, seal
 from clmagic.entry_file import decode, encode
 from clmagic.errors import CorruptEntry
 from clmagic.store import DirectoryStore, LayeredStore, Store, open_store
@@ -328,3 +328,15 @@ def can_drop_dac() -> bool:
     except (OSError, subprocess.SubprocessError):
         return False
     return proc.returncode == 0
+
+
+def forged(entry: Entry, binary: bytes) -> Entry:
+    """A full forgery: ``binary`` under ``entry``'s name, every checksum and the digest
+    recomputed (what anyone who can write a store, and has clmagic, can make)."""
+    import dataclasses
+
+    import xxhash
+
+    meta = dataclasses.replace(entry.meta, binary_xxh3=xxhash.xxh3_128_hexdigest(binary),
+                               binary_bytes=len(binary), digest="", signature="")
+    return Entry(seal(meta, None), binary=binary)

@@ -53,7 +53,8 @@ DRAWING = {
         "clmagic.show.sweep",  # plot_sweep
     },
     "tqdm": {"clmagic.cli.commands",  # ``clmagic warm``'s progress bar on a terminal
-             "clmagic.show.sweep"},  # a sweep's progress bar (tqdm.auto: a widget in a notebook)
+             "clmagic.show.sweep",  # a sweep's progress bar (tqdm.auto: a widget in a notebook)
+             "clmagic.show.progress"},  # an import's proofs (tqdm.auto too)
 }
 
 

@@ -7,8 +7,10 @@ bounded before anything is loaded, every binary's checksum is verified, nothing 
 and an entry already in the local cache is never overwritten. Every entry's seal is checked (its
 digest: what it was built for); with a team secret (``CLMAGIC_CACHE_SECRET``) export signs every
 entry, and import refuses (and counts) entries that are unsigned or signed with another secret.
-Imported binaries that no valid signature vouches for are marked ``untrusted``: the first load
-proves them loadable in a child process (:mod:`clmagic.opencl.vet`).
+Imported binaries that no valid signature vouches for are proven loadable in a child process
+as they are imported (:mod:`clmagic.cache.proof`), so a binary that crashes the driver is
+refused at the import and a good one costs nothing more on its first HIT; those for devices
+this machine lacks are kept marked ``untrusted``, to be proven where they are used.
 
 A bundle made by an older clmagic (entry format 1: SHA-256 checksums, HMAC signatures) is
 refused as such, never reported as damaged or tampered: its entries are not converted, because
@@ -23,6 +25,7 @@ import os
 import sqlite3
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,6 +33,7 @@ from typing import Any
 from clmagic._format import device_label
 from clmagic._secret import Secret
 from clmagic._version import __version__
+from clmagic.cache.proof import prove_entries
 from clmagic.entry import FORMAT_VERSION, MAX_BINARY, MAX_META, Entry
 from clmagic.errors import ClmagicError, CorruptEntry
 from clmagic.store._fs import open_regular
@@ -66,6 +70,8 @@ class ImportReport:
     imported: int = 0
     skipped: int = 0
     failed: int = 0
+    #: of the imported, those whose binary was proven loadable here as it was imported
+    proven: int = 0
     reasons: list[str] = field(default_factory=list)
     #: fingerprint → {"device": name, "entries": count} for devices not on this machine
     missing_devices: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -183,9 +189,13 @@ def _open_untrusted(path: Path) -> SQLiteStore:
     return bundle
 
 
-def import_bundle(path: str | os.PathLike[str], *, store: Store | None = None) -> ImportReport:
+def import_bundle(path: str | os.PathLike[str], *, store: Store | None = None,
+                  progress: Callable[[int, int], None] | None = None,
+                  jobs: int | None = None) -> ImportReport:
     """Add the entries of bundle ``path`` to the local cache (never overwriting an entry that is
-    already there); returns an :class:`ImportReport`."""
+    already there), each binary for a device of this machine proven loadable in a child process
+    first (``jobs`` at a time: :func:`clmagic.cache.proof.prove_entries`); returns an
+    :class:`ImportReport`. ``progress(done, total)`` is called as each entry is settled."""
     target = _store(store)
     if isinstance(target, LayeredStore):
         target = target.local  # an untrusted file goes to this machine only, not the team's
@@ -203,7 +213,8 @@ def import_bundle(path: str | os.PathLike[str], *, store: Store | None = None) -
                     report.manifest[str(name)] = json.loads(value)
                 except (ValueError, RecursionError):
                     pass
-        _import_rows(source, source.sizes(limit=MAX_ENTRIES + 1), target, report)
+        rows = source.sizes(limit=MAX_ENTRIES + 1)
+        _Import(target, report, _devices_here(), progress, len(rows), jobs).rows(source, rows)
     except sqlite3.Error as exc:
         report.failed += 1
         report.reasons.append(f"the bundle is damaged ({exc})")
@@ -234,72 +245,106 @@ def _check_format(source: SQLiteStore, path: Path, report: ImportReport) -> None
                           "not imported")
 
 
-def _import_rows(source: SQLiteStore, rows: list[tuple[Any, ...]], target: Store,
-                 report: ImportReport) -> None:
-    if len(rows) > MAX_ENTRIES:
-        raise ClmagicError(f"bundle holds over {MAX_ENTRIES:,} entries; not importing it")
+def _devices_here() -> set[str]:
     try:
         from clmagic.opencl.devices import list_devices
 
-        here = {d.fingerprint for d in list_devices()}
+        return {d.fingerprint for d in list_devices()}
     except ClmagicError:
-        here = set()
-    missing: Counter[str] = Counter()
-    names: dict[str, str] = {}
-    batch: list[Entry] = []
+        return set()
 
-    def fail(why: str) -> None:
-        report.failed += 1
-        report.reasons.append(why)
 
-    for fp, key, bin_len, meta_len in rows:
+@dataclass
+class _Import:
+    """One import's way through the bundle's rows: what it adds to ``target``, counted in
+    ``report``, proven for the devices ``here``, each row's end told to ``progress``."""
+
+    target: Store
+    report: ImportReport
+    here: set[str]
+    progress: Callable[[int, int], None] | None
+    total: int
+    jobs: int | None
+    done: int = 0
+    missing: Counter[str] = field(default_factory=Counter)
+    names: dict[str, str] = field(default_factory=dict)
+
+    def step(self) -> None:
+        self.done += 1
+        if self.progress is not None:
+            self.progress(self.done, self.total)
+
+    def fail(self, why: str) -> None:
+        self.report.failed += 1
+        self.report.reasons.append(why)
+        self.step()
+
+    def rows(self, source: SQLiteStore, rows: list[tuple[Any, ...]]) -> None:
+        if len(rows) > MAX_ENTRIES:
+            raise ClmagicError(f"bundle holds over {MAX_ENTRIES:,} entries; not importing it")
+        batch: list[Entry] = []
+        for fp, key, bin_len, meta_len in rows:
+            entry = self.read(source, fp, key, bin_len, meta_len)
+            if entry is not None:
+                batch.append(entry)
+            if len(batch) >= _BATCH:
+                self.flush(batch)
+        self.flush(batch)
+        self.report.missing_devices = {fp: {"device": self.names[fp], "entries": n}
+                                       for fp, n in self.missing.items()}
+
+    def read(self, source: SQLiteStore, fp: Any, key: Any, bin_len: Any,
+             meta_len: Any) -> Entry | None:
+        """One row's entry to import, or ``None`` (failed, absent, or already cached)."""
         if not (isinstance(fp, str) and isinstance(key, str) and valid_name(fp, key)):
-            fail(f"an entry with a malformed name {str(key)[:16]!r}")
-            continue
+            self.fail(f"an entry with a malformed name {str(key)[:16]!r}")
+            return None
         if not isinstance(bin_len, int) or not isinstance(meta_len, int) or (
                 bin_len > MAX_BINARY or meta_len > MAX_META):
-            fail(f"{key[:12]}: over the size limits")
-            continue
+            self.fail(f"{key[:12]}: over the size limits")
+            return None
         try:
             entry = source.read(fp, key)
         except CorruptEntry as exc:
-            fail(f"{key[:12]}: {exc}")
-            continue
-        if entry is None:
-            continue
-        if entry.foreign:  # proven loadable before this machine loads it (or signed)
-            entry = Entry(dataclasses.replace(entry.meta, untrusted=f"bundle {source.path.name}"),
-                          binary=entry.binary)
+            self.fail(f"{key[:12]}: {exc}")
+            return None
         try:
-            present = target.get(fp, key) is not None
+            present = entry is not None and self.target.get(fp, key) is not None
         except CorruptEntry:
             present = False  # a damaged local copy may be replaced
-        if present:
-            report.skipped += 1
-            continue
-        if fp not in here:
-            missing[fp] += 1
-            names[fp] = device_label(entry.meta.platform, entry.meta.device, entry.meta.driver)
-        batch.append(entry)
-        if len(batch) >= _BATCH:
-            _flush(target, batch, report)
-    _flush(target, batch, report)
-    report.missing_devices = {fp: {"device": names[fp], "entries": n}
-                              for fp, n in missing.items()}
+        if entry is None or present:
+            self.report.skipped += present
+            self.step()
+            return None
+        if fp not in self.here:
+            self.missing[fp] += 1
+            self.names[fp] = device_label(entry.meta.platform, entry.meta.device,
+                                          entry.meta.driver)
+        if not entry.foreign:  # signed with the team secret: nothing to prove
+            return entry
+        came = f"bundle {source.path.name}"  # where it came from, until proven here
+        return Entry(dataclasses.replace(entry.meta, untrusted=came), binary=entry.binary,
+                     foreign=came)
+
+    def flush(self, batch: list[Entry]) -> None:
+        """Prove the batch's binaries, store those that load, count those that do not."""
+        if not batch:
+            return
+        proofs = prove_entries(batch, self.here, self.step, self.jobs)
+        batch.clear()
+        self.report.failed += len(proofs.refused)
+        self.report.reasons.extend(proofs.refused)
+        if not proofs.entries:
+            return
+        stored = self.target.put_many(proofs.entries)
+        self.report.imported += stored
+        self.report.proven += proofs.proven if stored == len(proofs.entries) else 0
+        if stored < len(proofs.entries):
+            self.report.failed += len(proofs.entries) - stored
+            self.report.reasons.append(f"the cache refused {len(proofs.entries) - stored} "
+                                       f"entries ({self.target.reason or 'write failed'})")
 
 
 def _secret(store: Store) -> Secret | None:
     """The team secret a store was opened with (a layered store's: its local layer's)."""
     return (store.local if isinstance(store, LayeredStore) else store).secret
-
-
-def _flush(target: Store, batch: list[Entry], report: ImportReport) -> None:
-    if not batch:
-        return
-    stored = target.put_many(batch)
-    report.imported += stored
-    if stored < len(batch):
-        report.failed += len(batch) - stored
-        report.reasons.append(f"the cache refused {len(batch) - stored} entries "
-                              f"({target.reason or 'write failed'})")
-    batch.clear()

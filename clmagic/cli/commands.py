@@ -212,13 +212,16 @@ def _export(args: argparse.Namespace) -> int:
 
 def _import(args: argparse.Namespace) -> int:
     from clmagic.cache.bundle import import_bundle
+    from clmagic.show.progress import counted_bar
 
     _input_path(args.path, "bundle file")
     c = _compiler(writable=True)
-    report = import_bundle(args.path, store=c.store)
+    with counted_bar("proving imported binaries", "entry",
+                     show=not args.json and sys.stderr.isatty()) as step:
+        report = import_bundle(args.path, store=c.store, progress=step)
     if args.json:
         _print_json({"path": report.path, "imported": report.imported,
-                     "skipped": report.skipped, "failed": report.failed,
+                     "proven": report.proven, "skipped": report.skipped, "failed": report.failed,
                      "reasons": report.reasons, "missing_devices": report.missing_devices})
     else:
         print(text_of(report))

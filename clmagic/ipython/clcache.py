@@ -88,8 +88,10 @@ def _export(m: Host, a: Namespace) -> object:
 
 def _import(m: Host, a: Namespace) -> object:
     from clmagic.cache.bundle import import_bundle
+    from clmagic.show.progress import counted_bar
 
-    return import_bundle(a.keys[0], store=_store_of(m.compiler))
+    with counted_bar("proving imported binaries", "entry") as step:
+        return import_bundle(a.keys[0], store=_store_of(m.compiler), progress=step)
 
 
 def _use(m: Host, a: Namespace) -> object:

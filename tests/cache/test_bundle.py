@@ -197,3 +197,95 @@ def test_export_to_an_unwritable_path_is_one_clear_error(tmp_path, pocl):
     (tmp_path / "file").write_text("not a folder")
     with pytest.raises(ClmagicError, match="cannot write the bundle"):
         export_bundle(tmp_path / "file" / "x.db", store=c.store)
+
+
+# -- imported binaries proven as they are imported ----------------------------------------------
+
+IMPORT_CHILD = """
+import json, os, clmagic
+from clmagic.opencl import vet
+from clmagic.show import text_of
+proofs, prove = [], vet.prove
+def counted(fingerprint, *args, **kwargs):  # every child that proves a binary, counted
+    proofs.append(fingerprint)
+    return prove(fingerprint, *args, **kwargs)
+vet.prove = counted
+steps = []
+r = clmagic.import_bundle(os.environ["BUNDLE"], progress=lambda *s: steps.append(s))
+print(json.dumps({"imported": r.imported, "proven": r.proven, "failed": r.failed,
+                  "proofs": sorted(proofs), "steps": steps, "text": text_of(r)}))
+"""
+
+HIT_CHILD = """
+import json, os, clmagic
+from clmagic.opencl import vet
+proofs, prove = [], vet.prove
+def counted(fingerprint, *args, **kwargs):
+    proofs.append(fingerprint)
+    return prove(fingerprint, *args, **kwargs)
+vet.prove = counted
+r = clmagic.build(os.environ["SRC"], None, os.environ["DEV"])
+print(json.dumps({"outcome": r.outcome, "proofs": proofs, "once": r.record.once_what,
+                  "note": r.note}))
+"""
+
+
+def test_an_import_proves_each_binary_so_the_first_hit_starts_no_child(warmed, tmp_path, pocl):
+    """Each binary for a device here is loaded in a child process during the import (one
+    proof per entry, counted in a process of its own), stored as proven, and the first HIT in
+    a new process proves nothing: its line says nothing was checked and names no bundle."""
+    path = tmp_path / "b.db"
+    clmagic.export_bundle(path, store=warmed.store)
+    fresh = str(tmp_path / "fresh")
+    got = last_json(run_child(IMPORT_CHILD, BUNDLE=str(path), CLMAGIC_CACHE_DIR=fresh))
+    assert (got["imported"], got["proven"], got["failed"]) == (3, 3, 0), got
+    assert got["proofs"] == sorted(e.fingerprint for e in warmed.store.entries())
+    assert got["steps"] == [[1, 3], [2, 3], [3, 3]]
+    assert got["text"].startswith("imported 3 (3 proven loadable here), skipped 0")
+    assert all(e.meta.untrusted == "" for e in DirectoryStore(fresh).entries())
+    out = last_json(run_child(HIT_CHILD, SRC=SAXPY, DEV=pocl, CLMAGIC_CACHE_DIR=fresh))
+    assert out["outcome"] == "HIT" and out["proofs"] == [] and out["once"] == "", out
+    assert "bundle" not in out["note"]
+
+
+def test_a_bundle_with_truncated_binaries_is_refused_at_import_one_line_each(warmed, tmp_path,
+                                                                            pocl):
+    """Two of three binaries cut short (their checksums recomputed, as a forger would): the
+    import proves each in a child, imports the good one and says, one line each, which did
+    not load and why; nothing bad reaches the cache, and no first use has to find it."""
+    from stores import forged
+
+    evil = DirectoryStore(tmp_path / "evil")
+    keep = []
+    for listed in warmed.store.entries():  # POCL's two cut short, Oclgrind's kept whole
+        e = warmed.store.get(listed.fingerprint, listed.key)
+        if listed.fingerprint == clmagic.resolve_device(pocl)[0].fingerprint:
+            evil.put(forged(e, e.binary[:1000]))
+        else:
+            keep.append(e.key)
+            evil.put(e)
+    assert len(keep) == 1
+    clmagic.export_bundle(tmp_path / "evil.db", store=evil)
+    local = DirectoryStore(tmp_path / "local")
+    report = clmagic.import_bundle(tmp_path / "evil.db", store=local)
+    assert (report.imported, report.failed) == (1, 2)
+    assert [e.key for e in local.entries()] == keep
+    text = text_of(report)
+    for why in report.reasons:
+        assert "not imported" in why and "in a child process" in why
+        assert why in text and len(why.splitlines()) == 1
+    assert sorted(w[:12] for w in report.reasons) == sorted(
+        e.key[:12] for e in evil.entries() if e.key not in keep)
+
+
+def test_the_import_bar_is_drawn_only_for_many_entries(capsys):
+    from clmagic.show.progress import counted_bar
+
+    with counted_bar("proving imported binaries", "entry", least=10) as step:
+        for done in range(1, 4):
+            step(done, 3)
+    assert "proving" not in capsys.readouterr().err  # three entries: no bar to read
+    with counted_bar("proving imported binaries", "entry", least=10) as step:
+        for done in range(1, 13):
+            step(done, 12)
+    assert "proving imported binaries" in capsys.readouterr().err
