@@ -127,8 +127,10 @@ def _stats(args: argparse.Namespace) -> int:
         _print_json(s.as_dict())
     else:
         from clmagic.cli.listing import stats_lines
+        from clmagic.show.cache import stats_text
 
-        print("\n".join(stats_lines(s, text_of(s))))
+        width = terminal_width()
+        print("\n".join(stats_lines(s, stats_text(s, width))))
     return 0
 
 
