@@ -18,10 +18,11 @@ import clmagic
 from clmagic._format import fmt_bytes
 from clmagic.cache.manage import cache_info, to_clear, zero_stats
 from clmagic.config import Settings
+from clmagic.errors import BuildError
 from clmagic.outcome import Outcome
 from clmagic.process import hook
 from clmagic.show import html_of, text_of
-from clmagic.show.frames import cache_frame
+from clmagic.show.frames import cache_frame, history_frame
 
 OTHER = SAXPY.replace("a * x[i]", "x[i] * a")
 
@@ -62,6 +63,14 @@ def test_hits_count_trips_and_loads_count_an_entrys_own_uses(compiler, pocl):
     text, page = text_of(s), html_of(s)
     assert "1 load" in text and "lifetime 0 hits" in text and "1 hit," not in text
     assert ">loads</th><th>evictions</th>" in page and "<th>hits</th><th>evictions" not in page
+
+
+def test_a_failed_build_shows_the_time_its_attempt_took(compiler, pocl):
+    with pytest.raises(BuildError):
+        compiler.build("__kernel void k(__global int *a) { a[0] = nope; }", None, pocl)
+    (rec,) = compiler.history.records
+    assert rec.outcome == Outcome.FAILED and rec.build_ms > 0.0
+    assert history_frame(compiler=compiler)["build_ms"].iloc[0] == rec.build_ms
 
 
 def test_a_rekeyed_copy_counts_its_build_once(compiler, pocl):
