@@ -1,1 +1,1 @@
-"""TODO"""
+"""The SQLite store: one file holds every entry (a bundle is one too)."""
