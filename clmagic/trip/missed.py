@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from clmagic.entry import Entry
+    from clmagic.key.stamps import Headers
     from clmagic.store import Store
     from clmagic.trip.records import Record
 
@@ -24,10 +25,46 @@ def _closest(rec: Record, entries: list[Entry]) -> Entry | None:
                                     e.meta.source_bytes == rec.source_bytes, e.meta.created))
 
 
-def why_missed(store: Store | None, rec: Record) -> str:
-    """``first build of these kernels on this device``, ``new options (was -O3)``, ``new source (2f4a… had 812 bytes, this
-    has 815)``, ``new source or header`` — or ``""`` when the store cannot say (none, or an
-    error listing it: a reason is news, never a failure)."""
+def _spelt(name: str) -> str:
+    """A header as the source names it: ``"params.h" @.`` (its key name: the spelling and
+    where the search found it) is ``params.h``."""
+    return name.split(" @", 1)[0].strip().strip('"<>')
+
+
+def _named(names: set[str] | list[str], one: str = "header") -> str:
+    listed = sorted(names)
+    shown = ", ".join(listed[:3]) + (f" and {len(listed) - 3} more" if len(listed) > 3 else "")
+    return f"{one}{'s' if len(listed) > 1 else ''} {shown}"
+
+
+def _edited_since(files: Headers | None, created: float) -> list[str]:
+    """The headers read whose file was modified after ``created`` (an entry's build time): by
+    the stat taken when they were read (no file is opened again)."""
+    if files is None or len(files.stamps) != len(files):
+        return []
+    after = int(created * 1e9)
+    return sorted({_spelt(name) for (name, _), stamp in zip(files, files.stamps, strict=True)
+                   if stamp[4] > after})
+
+
+def _header_news(rec: Record, near: Entry, short: str, files: Headers | None) -> str:
+    """What changed in the headers against the entry ``near`` (``short``: its key's start),
+    else ``""``: headers read now and not then, or the reverse, or the ones edited since."""
+    now, then = {_spelt(n) for n in rec.headers}, {_spelt(n) for n in near.meta.headers}
+    if now - then:
+        return f"reads {_named(now - then, 'new header')} ({short} of the same source size did not)"
+    if then - now:
+        return f"no longer reads {_named(then - now)} ({short} did)"
+    edited = _edited_since(files, near.meta.created)
+    return f"{_named(edited)} changed since {short} was built" if edited else ""
+
+
+def why_missed(store: Store | None, rec: Record, files: Headers | None = None) -> str:
+    """``first build of these kernels on this device``, ``new options (...)``, ``new source
+    (2f4a… had 812 bytes, this has 815)``, ``header params.h changed since 2f4a… was built``
+    (``files``: the headers read, with the stat of each), ``new source (same size as 2f4a…'s)``
+    — or ``""`` when the store cannot say (none, or an error listing it: a reason is news,
+    never a failure)."""
     if store is None:
         return ""
     try:
@@ -44,5 +81,6 @@ def why_missed(store: Store | None, rec: Record) -> str:
         return (f"new source ({short} of the same kernels and options had {m.source_bytes} "
                 f"bytes, this has {rec.source_bytes})")
     if rec.headers or m.headers:
-        return f"new source or header contents (same size as {short}'s source)"
+        news = _header_news(rec, near, short, files)
+        return news or f"new source or header contents (same size as {short}'s source)"
     return f"new source (same size as {short}'s)"

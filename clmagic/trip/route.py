@@ -159,7 +159,7 @@ def _from_source(state: TripState, trip: Trip, have: dict[int, _Have], found: Se
     why = ""
     if not trip.caller and outcome == Outcome.MISS:
         wait_everywhere(device_tag(trip.info.fingerprint))  # the entries saved before this
-        why = why_missed(state.store, _record(state, trip, 0, outcome, built))
+        why = why_missed(state.store, _record(state, trip, 0, outcome, built), trip.prep.files)
     return _saved(state, trip, built, outcome, have, found, codes, why)
 
 

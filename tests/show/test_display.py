@@ -5,6 +5,7 @@ cell. The same is checked on the page by tests/test_browser.py."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -105,10 +106,18 @@ def test_a_miss_says_what_is_new_against_the_closest_entry(compiler, oclgrind, t
     (tmp_path / "h.h").write_text("#define F 2.0f\n")
     inc = '#include "h.h"\n' + src.replace("2.0f", "F")
     compiler.build(inc, device=oclgrind)
-    (tmp_path / "h.h").write_text("#define F 4.0f\n")  # the header changed, not the source
+    header = tmp_path / "h.h"
+    header.write_text("#define F 4.0f\n")  # the header changed, not the source
+    built = next(e for e in compiler.store.entries() if e.meta.headers).meta.created
+    os.utime(header, (built + 2, built + 2))  # edited after that build, whatever the clock's step
     again = compiler.build(inc, device=oclgrind)
-    assert again.outcome == "MISS" and "new source or header contents" in again.note
+    assert again.outcome == "MISS"
+    near = next(e for e in compiler.store.entries() if e.meta.created == built)
+    assert f"header h.h changed since {near.key[:4]}… was built" in again.note
     assert compiler.build(inc, device=oclgrind).outcome == "MEMORY"  # no reason on non-misses
+    (tmp_path / "g.h").write_text("#define F 4.0f\n")
+    other = compiler.build(inc.replace('"h.h"', '"g.h"'), device=oclgrind)  # same size
+    assert "reads new header g.h (" in other.note and "did not)" in other.note
 
 
 
