@@ -19,7 +19,10 @@ for lib in /usr/lib/libnvidia-opencl.so.1 /usr/lib/libnvidia-opencl.so \
 done
 OUT=${OUT:-/tmp/gpu-out}
 mkdir -p "$OUT"
-if ! /tmp/gpu-venv/bin/python -c 'import numpy, pyopencl, IPython, mako' 2>/dev/null; then
+# the venv from .whl/ for every step but `tune` (which makes its own from .gpu-wheels/)
+steps_need_whl=false
+for step in "$@"; do [ "$step" = tune ] || steps_need_whl=true; done
+if $steps_need_whl && ! /tmp/gpu-venv/bin/python -c 'import numpy, pyopencl, IPython, mako' 2>/dev/null; then
   python3 -m venv --system-site-packages /tmp/gpu-venv
   /tmp/gpu-venv/bin/pip install -q --no-index --find-links .whl numpy pyopencl mako ipython \
     platformdirs pytools siphash24 typing_extensions markupsafe xxhash blake3
@@ -27,7 +30,7 @@ fi
 PY=/tmp/gpu-venv/bin/python
 # pandas (the sweep's and the workbench's frames) from the host's own Python when the venv lacks
 # it; a .pth line goes after the venv's packages, so the carried numpy and pyopencl still win
-if ! $PY -c 'import pandas' 2>/dev/null; then
+if $steps_need_whl && ! $PY -c 'import pandas' 2>/dev/null; then
   python3 -c 'import pandas, os; print(os.path.dirname(os.path.dirname(pandas.__file__)))' \
     > "$($PY -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/host-pandas.pth" || true
 fi
@@ -60,9 +63,15 @@ for step in "$@"; do
            done > "$OUT/profile-suite-nvidia-h200.txt"
            unset CLMAGIC_CACHE_DIR ;;
     tune) # Kernel Tuner's re-tune: its wheels carried in .gpu-wheels/ (no scipy, scikit-learn
-          # or pymoo: the brute force needs none), numpy and pandas from the host's Python
+          # or pymoo: the brute force needs none), numpy, pandas and xxhash from the host's
+          # python3 (on the lent H100 they live in /opt/torch/.venv, which a venv made with
+          # --system-site-packages does not see: a .pth line names their folder)
           python3 -m venv --system-site-packages /tmp/tune-venv
           /tmp/tune-venv/bin/pip install -q --no-index --no-deps .gpu-wheels/*.whl
+          for m in numpy pandas xxhash; do
+            python3 -c "import $m, os; print(os.path.dirname(os.path.dirname($m.__file__)))"
+          done | sort -u > "$(/tmp/tune-venv/bin/python -c \
+            'import sysconfig; print(sysconfig.get_paths()["purelib"])')/host-packages.pth"
           /tmp/tune-venv/bin/python benchmarks/bench_tune.py --device nvidia --driver-cache both \
             --width "${WIDTH_TUNE:-512}" --repeats "${REPEATS_TUNE:-5}" \
             --label "${LABEL_TUNE:-nvidia-h100}" --out "$OUT" ;;

@@ -48,9 +48,10 @@ from clmagic.trip.records import Record, from_origin
 
 __all__ = ["FactsObserver", "COLUMNS", "NVIDIA_COLUMNS", "ORIGIN"]
 
-#: the columns every configuration gets (``None`` where the driver does not say): the most
-#: work-items a group may have for this kernel, the bytes of ``__local`` memory it uses, the
-#: bytes of private memory per work-item, and how clmagic served the build
+#: the columns every configuration gets (``None`` where the driver does not say): the driver's
+#: ``CL_KERNEL_WORK_GROUP_SIZE`` (the largest group it promises for this build: NVIDIA's driver
+#: 580 says 256 for every kernel and runs 1024 all the same), the bytes of ``__local`` memory
+#: the kernel uses, the bytes of private memory per work-item, and how clmagic served the build
 COLUMNS = ("work_group_size", "local_mem", "private_mem", "clmagic_outcome")
 #: the columns added where the build log has NVIDIA's ptxas report (``-cl-nv-verbose``):
 #: registers per work-item, bytes spilled (stores and loads)
