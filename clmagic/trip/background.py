@@ -1,5 +1,4 @@
-"""Work a build need not wait for, done on one background thread: a MISS's binary readout and
-save, and the hit counter.
+"""Work a build need not wait for, on one background thread: a MISS's readout, save, hit counts.
 
 The user waits for the driver's build only. The readout can cost more than the build itself
 (POCL generates the machine code of every kernel when its binary is read, pyopencl #731) and
@@ -47,8 +46,7 @@ if TYPE_CHECKING:
     from clmagic.store import Store
 
 __all__ = ["Saver", "Pending", "HitCounter", "flush_all", "wait_everywhere", "pending_everywhere",
-           "exiting",
-           "driver_work", "EXIT_WAIT_S", "FORKED_NOTE"]
+           "exiting", "driver_work", "EXIT_WAIT_S", "FORKED_NOTE"]
 
 #: the longest the process's normal exit waits for the saves still queued or running, in all
 EXIT_WAIT_S = 10.0
