@@ -14,15 +14,20 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import pyopencl as cl
+
 from clmagic.cache.pool import run_pool, serve
 from clmagic.config import Settings
 from clmagic.errors import BuildError, ClmagicError, OptionsError
 from clmagic.key.includes import MAX_HEADER_BYTES
+from clmagic.opencl import driver
+from clmagic.opencl.devices import context_for
 from clmagic.outcome import Outcome
 from clmagic.store._fs import read_regular
 
@@ -96,25 +101,62 @@ def _init(settings: Settings) -> None:
     _worker = Compiler(settings)
 
 
-def _build_one(label: str, options: str, device: str | None,
-               text: str | None = None) -> tuple[str, Outcome, str]:
-    """(label, outcome, first error line) of one build in a worker: the file ``label``, or the
-    source ``text`` when given (a sweep's variant)."""
+#: the warm-up's program: refused at the driver's link step (a function declared, never
+#: defined), so that no driver keeps it in its own cache (a warm-up POCL served from its cache
+#: would set nothing up) and each one runs the driver's whole compiler
+WARM_UP_SOURCE = ("void clmagic_warm_up_missing(__global int *a);\n"
+                  "__kernel void clmagic_warm_up(__global int *a) "
+                  "{ clmagic_warm_up_missing(a); }\n")
+_warmed: set[str | None] = set()  # the devices this worker's driver has compiled for
+
+
+def _warm_up(source: str | bytes, options: str, device: str | None) -> float:
+    """Before this worker's first compile for ``device``, a tiny one (:data:`WARM_UP_SOURCE`):
+    a driver's first compile in a process also sets its compiler up (POCL: 0.5 s), which the
+    first variant's build time would otherwise hold. Returns the ms it took (0: not needed,
+    the driver already warm or the build a HIT, which compiles nothing)."""
+    if _worker is None or device in _warmed:
+        return 0.0
+    info, dev = _worker.resolve(device)
+    store = _worker.store
+    try:
+        if store is not None and store.get(info.fingerprint,
+                                           _worker.key(source, options, info)) is not None:
+            return 0.0
+    except (ClmagicError, OSError):
+        pass  # the build says what is wrong
+    _warmed.add(device)
+    t = time.perf_counter()
+    try:
+        driver.from_source(context_for(info, dev)[0], [dev], WARM_UP_SOURCE, "", kernels=False)
+    except (driver.BuildFailed, cl.Error):
+        pass  # refused, as it is meant to be
+    return (time.perf_counter() - t) * 1000
+
+
+def _build_one(label: str, options: str, device: str | None, text: str | None = None,
+               line_offset: int = 0) -> tuple[str, Outcome, str, float]:
+    """(label, outcome, first error line, the driver's warm-up ms) of one build in a worker:
+    the file ``label``, or the source ``text`` when given (a sweep's variant, its build
+    log's line numbers shifted by ``line_offset``)."""
     if _worker is None:
         raise RuntimeError("_build_one runs in a worker of run_builds' pool (started by _init)")
+    warm_ms = 0.0
     try:
         source: str | bytes = text if text is not None else (  # a FIFO: failed, no wait
             read_regular(label, MAX_HEADER_BYTES, follow=True)[0])
-        result = _worker.build(source, options, device)
+        warm_ms = _warm_up(source, options, device)
+        result = _worker.build(source, options, device, line_offset=line_offset)
     except (ClmagicError, OSError) as exc:
-        return label, Outcome.FAILED, first_error(exc)
+        return label, Outcome.FAILED, first_error(exc), warm_ms
     if result.outcome == Outcome.BYPASS or (result.outcome not in _CACHED and not result.saved):
-        return label, Outcome.FAILED, result.note  # built, but nothing a later session can load
-    return label, result.outcome, ""
+        return label, Outcome.FAILED, result.note, warm_ms  # nothing a later session can load
+    return label, result.outcome, "", warm_ms
 
 
-#: one build for :func:`run_builds`: (label, options, device, source text or None for a file)
-Build = tuple[str, str, "str | None", "str | None"]
+#: one build for :func:`run_builds`: (label, options, device, source text or None for a file,
+#: the line offset of its build log)
+Build = tuple[str, str, "str | None", "str | None", int]
 
 
 def warm(paths: Iterable[str | os.PathLike[str]], options: str = "", device: str | None = None,
@@ -134,23 +176,30 @@ def warm(paths: Iterable[str | os.PathLike[str]], options: str = "", device: str
     if not files:
         return report
     report.interrupted, report.skipped = run_builds(
-        settings, jobs, [(str(f), options, device, None) for f in files],
+        settings, jobs, [(str(f), options, device, None, 0) for f in files],
         lambda path, outcome, why: _tally(report, path, outcome, why, progress))
     return report
 
 
 def run_builds(settings: Settings, jobs: int, builds: list[Build],
-               done: Callable[[str, Outcome, str], None]) -> tuple[bool, int]:
+               done: Callable[[str, Outcome, str], None],
+               warmed: Callable[[float], None] | None = None) -> tuple[bool, int]:
     """Build each of ``builds`` through the cache in at most ``jobs`` worker processes, each
     with its own compiler over the store of ``settings``; ``done(label, outcome, first error
-    line)`` as each ends (a worker that died: FAILED). On Ctrl-C the builds not started are
-    dropped and those under way finish and are saved whole. Returns (interrupted, how many
-    were dropped). What ``clmagic warm`` and :mod:`clmagic.cache.sweep` share."""
+    line)`` as each ends (a worker that died: FAILED), ``warmed(ms)`` for each worker's
+    driver warm-up (before its first compile: in no build time). On Ctrl-C the builds not
+    started are dropped and those under way finish and are saved whole. Returns
+    (interrupted, how many were dropped). What ``clmagic warm`` and
+    :mod:`clmagic.cache.sweep` share."""
     if not builds:
         return False, 0
 
     def finish(build: tuple[Any, ...], answer: Any, why: str) -> None:
-        done(*(answer if answer is not None else (build[0], Outcome.FAILED, why)))
+        label, outcome, error, warm_ms = (
+            answer if answer is not None else (build[0], Outcome.FAILED, why, 0.0))
+        if warm_ms and warmed is not None:
+            warmed(warm_ms)
+        done(label, outcome, error)
 
     return run_pool("clmagic.cache.warm", settings, builds, jobs, finish)  # its __main__ below
 

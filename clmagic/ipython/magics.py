@@ -184,6 +184,9 @@ class CLMagics(Magics):
     @argument("--run", metavar="FUNC",
               help="--sweep: the launch, a function of the namespace taking the build result "
                    "and returning clmagic.time_kernel(...) (or µs).")
+    @argument("--fresh", action="store_true",
+              help="--sweep: time every variant again, ignoring the timings kept from "
+                   "earlier runs.")
     @argument("--opts", metavar="OPTIONS...",
               help="Build options, to the end of the line (-O0…-O3 are mapped for the driver).")
     @cell_magic
@@ -207,7 +210,7 @@ class CLMagics(Magics):
         if not cell.strip():
             raise OptionsError("empty cell: write OpenCL C below the %%clkernel line")
         info, dev = self.compiler.resolve(args.device)
-        if args.sweep or args.run:
+        if args.sweep or args.run or args.fresh:
             return self._sweep(args, cell, opts, info)
         result = self.compiler.build(
             cell, opts, info, context=self._user_context(dev), use_cache=not args.no_cache,
@@ -234,11 +237,12 @@ class CLMagics(Magics):
         from clmagic.ipython.tuning import parse_sweeps, run_sweep
 
         if not args.sweep:
-            raise OptionsError("--run goes with --sweep NAME=V1,V2")
+            raise OptionsError(f"{'--run' if args.run else '--fresh'} goes with --sweep "
+                               "NAME=V1,V2")
         moved: list[str] = []
         df = run_sweep(self._namespace, self.compiler, cell, parse_sweeps(args.sweep),
                        opts or "", info, args.run,
-                       lambda best: moved.append(self._bind(best, args.name)))
+                       lambda best: moved.append(self._bind(best, args.name)), args.fresh)
         if moved and moved[0]:
             print(moved[0])
         return df

@@ -37,9 +37,11 @@ def parse_sweeps(specs: list[str]) -> dict[str, list[str]]:
 
 def run_sweep(ns: dict[str, Any], compiler: Compiler, cell: str, params: Mapping[str, list[str]],
               options: str, device: object, run_name: str | None,
-              bind: Callable[[BuildResult], object]) -> object:
-    """Run the sweep; bind the best variant's kernels (``bind``) and return the DataFrame
-    (the cell's output, ``_`` after it)."""
+              bind: Callable[[BuildResult], object], fresh: bool = False) -> object:
+    """Run the sweep (``fresh``: the timings kept from earlier runs ignored); bind the best
+    variant's kernels (``bind``) and return the DataFrame (the cell's output, ``_`` after
+    it). A build error's line numbers are the cell's, as a plain build's (the ``%%clkernel``
+    line is line 1)."""
     from clmagic.show.sweep import sweep_frame, sweep_with_bar
 
     run = None
@@ -50,7 +52,7 @@ def run_sweep(ns: dict[str, Any], compiler: Compiler, cell: str, params: Mapping
                                "(def it in a cell above: it takes the build result and returns "
                                "clmagic.time_kernel(...))")
     done = sweep_with_bar(cell, params, run, options=options, device=device,
-                          compiler=compiler)
+                          compiler=compiler, fresh=fresh, line_offset=1)
     df = sweep_frame(done)
     if done.best_result is not None:
         bind(done.best_result)

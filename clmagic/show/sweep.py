@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from clmagic._format import count_of, end_cut, fmt_bytes
+from clmagic._format import count_of, end_cut, fmt_bytes, fmt_duration
 from clmagic.cache.sweep import SweepRun, sweep_run
 from clmagic.opencl.facts import FACT_FIELDS, KernelFacts, facts_from_json
 from clmagic.process.session import or_default
@@ -41,7 +41,8 @@ def _facts_row(f: KernelFacts | None) -> dict[str, object]:
 def sweep_frame(run: SweepRun) -> pd.DataFrame:
     """One row per variant: its parameters, ``outcome``, ``build_ms``, ``error``, the timed
     kernel's facts and the launch times (µs); ``attrs``: ``best`` (the best variant's
-    parameters, or ``None``), ``best_options``, ``kernel``, ``interrupted``, ``results``."""
+    parameters, or ``None``), ``best_options``, ``kernel``, ``interrupted``, ``results``,
+    ``warm_up_ms`` (each worker's one-time driver setup, before its first build)."""
     rows = [{**v.params, "outcome": v.outcome, "build_ms": v.build_ms, "error": v.error,
              **_facts_row(v.facts), "median_us": v.median_us, "min_us": v.min_us,
              "spread_us": v.spread_us, "resumed": v.resumed, "options": v.options}
@@ -53,7 +54,8 @@ def sweep_frame(run: SweepRun) -> pd.DataFrame:
     df.attrs.update(best=dict(best.params) if best else None,
                     best_options=best.options if best else None, kernel=run.kernel,
                     interrupted=run.interrupted,
-                    results=str(run.results) if run.results else None)
+                    results=str(run.results) if run.results else None,
+                    warm_up_ms=list(run.warm_up_ms))
     return df
 
 
@@ -111,10 +113,14 @@ def sweep_html(df: pd.DataFrame) -> str:
     if best:
         note += " · ★ best: " + " ".join(f"{k}={v}" for k, v in best.items())
     if df.get("resumed") is not None and bool(df["resumed"].any()):
-        note += " · ↺ timing kept from an earlier run"
+        note += " · ↺ timing kept from an earlier run (--fresh or fresh=True: time again)"
     if unknown:
         note += (f" · not reported by this driver: {', '.join(unknown)}"
                  + (" (NVIDIA gives registers and spills)" if "registers" in unknown else ""))
+    warm_up = df.attrs.get("warm_up_ms") or []
+    if warm_up:  # paid once per worker, before its first build: in no variant's build time
+        note += (f" · each worker's driver set up first ({fmt_duration(max(warm_up))}, in no "
+                 "build time)")
     note += " · also in the DataFrame: options, resumed"
     return table_html(head, rows, note)
 

@@ -12,6 +12,7 @@ changes it, belong to its :class:`~clmagic.trip.state.TripState` (``compiler.sta
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Iterable, Sequence
 
@@ -24,6 +25,7 @@ from clmagic.key.prepare import Options
 from clmagic.key.source import MAX_SOURCE, normalise_source
 from clmagic.opencl import devices as _devices
 from clmagic.opencl.devices import DeviceInfo
+from clmagic.outcome import Outcome
 from clmagic.store import Store, store_for
 from clmagic.store.lifetime import Counters
 from clmagic.trip import route
@@ -145,17 +147,24 @@ class Compiler:
         context: cl.Context | None = None,
         use_cache: bool = True,
         line_offset: int = 0,
+        done_elsewhere: tuple[Outcome, str] | None = None,
     ) -> BuildResult:
         """Build ``source`` for one device, through the caches, and make its kernels.
 
         ``line_offset`` shifts line numbers in a build log (the magic passes 1 so they match
-        the cell). The key covers every header the source may ``#include`` (see
-        :mod:`clmagic.key.includes`), looked up from the current working directory. Raises
+        the cell). ``done_elsewhere``: (outcome, note) of another process's trip for this very
+        build, which counted it (a sweep's worker that built or found it): a load from memory
+        or the store is then recorded with that outcome and note and counted nowhere else (no
+        lifetime count, no entry load), so that one build counts once. The key covers every
+        header the source may ``#include`` (see :mod:`clmagic.key.includes`), looked up from
+        the current working directory. Raises
         :class:`BuildError` with the driver's log when the build fails, :class:`ClmagicError`
         for a source that cannot be compiled at all (empty, only comments, not UTF-8, NUL
         characters, over :data:`MAX_SOURCE` bytes).
         """
         trip = self._start(source, options, device, context, line_offset)
+        if done_elsewhere is not None:
+            trip = dataclasses.replace(trip, elsewhere=done_elsewhere)
         done = route.travel(self._state, trip, use_cache)
         assert trip.queue is not None
         return BuildResult(done.built.program, done.built.kernels, trip.ctx, trip.queue,

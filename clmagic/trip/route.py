@@ -59,6 +59,8 @@ def travel(state: TripState, trip: Trip, use_cache: bool = True) -> Travelled:
         return _bypass(state, trip)
     if not trip.caller:
         built = state.recall(trip.memo, trip.ctx)
+        if built is not None and trip.elsewhere is not None:
+            return _theirs(state, trip, built)
         if built is not None:
             return _close(state, trip, Outcome.MEMORY, built, ["memory"] * len(trip.devs))
     found = [state.lookup(i, p.key, wait=not trip.caller)
@@ -119,6 +121,8 @@ def _from_entries(state: TripState, trip: Trip, have: dict[int, _Have],
         built = dataclasses.replace(built, log_from=original.meta.rekeyed_from or original.key)
     if not trip.caller:
         state.keep(trip.memo, built)
+    if trip.elsewhere is not None and not rekeyed:
+        return _theirs(state, trip, built)
     notes, outcomes, saved = [], [], []
     for i, info in enumerate(trip.infos):
         entry = have[i].entry
@@ -139,6 +143,19 @@ def _from_entries(state: TripState, trip: Trip, have: dict[int, _Have],
     outcome = Outcome.REKEYED if rekeyed else Outcome.HIT
     return _close(state, trip, outcome, built, notes, outcomes, saved,
                   codes={i: have[i].code for i in rekeyed})
+
+
+def _theirs(state: TripState, trip: Trip, built: driver.Built) -> Travelled:
+    """A cell's load of what another process built or found for the same run (a sweep's
+    worker: ``trip.elsewhere``), recorded with that process's outcome and note and counted
+    nowhere (no lifetime count, no entry load): that process counted it, and one build
+    counts once, not once more as a HIT that saved its build time."""
+    assert trip.elsewhere is not None
+    outcome, note = trip.elsewhere
+    recs = [_record(state, trip, 0, outcome, built, note=note, saved=outcome == Outcome.MISS)]
+    state.keep_records(recs)
+    state.changed()
+    return Travelled(built, outcome, tuple(recs))
 
 
 def _from_source(state: TripState, trip: Trip, have: dict[int, _Have], found: Sequence[Found],

@@ -12,6 +12,7 @@ import pyopencl as cl
 
 from clmagic.key.prepare import Prepared, complete
 from clmagic.opencl.devices import DeviceInfo
+from clmagic.outcome import Outcome
 
 __all__ = ["Memo", "Trip"]
 
@@ -46,6 +47,9 @@ class Trip:
     line_offset: int = 0
     #: before the trip's clock: choosing the device and making its context (a cell's)
     setup_ms: float = 0.0
+    #: (outcome, note) of another process's trip for this very build, which counted it (a
+    #: sweep's worker): a load from memory or the store is recorded so, and counted nowhere
+    elsewhere: tuple[Outcome, str] | None = None
 
     @property
     def prep(self) -> Prepared:

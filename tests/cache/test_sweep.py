@@ -79,7 +79,7 @@ def test_a_sweep_stopped_midway_resumes_where_it_stopped(compiler, pocl):
     assert {v.outcome for v in built} == {"MISS"} and len(built) == 4
     assert sum(v.median_us is not None for v in stopped.variants) == 3
     kept = json.loads(stopped.results.read_text())["rows"]
-    assert len(kept) == 5  # three timings, two failures
+    assert len(kept) == 3  # the three timings: a failed build is tried again next time
     assert stopped.results.parent == results_folder(compiler)
 
     second = Launch()
@@ -127,3 +127,209 @@ def test_registers_asked_of_nvidia_only():
     assert with_register_report("-O2", "NVIDIA CUDA") == "-O2 -cl-nv-verbose"
     assert with_register_report("-cl-nv-verbose", "NVIDIA CUDA") == "-cl-nv-verbose"
     assert with_register_report("-O2", "Portable Computing Language") == "-O2"
+
+
+# -- a variant is exactly its defines (issue 34.5) ------------------------------------------------
+
+
+@pytest.mark.parametrize("name, value, says", [
+    ("X", "1 -DEVIL", "holds a space"),  # an option pasted after a value
+    ("X", "1\t-DEVIL", "holds a space"),
+    ("X", "1\n-DEVIL", "line break"),
+    ("X", "-DEVIL", "starts with '-'"),
+    ("X", "-", "starts with '-'"),
+    ("X", '"ab"', "quoting"),
+    ("X", "'a'", "quoting"),
+    ("X", "a\\b", "quoting"),
+    ("X", "", "is empty"),
+    ("X", "a;b", "holds ';'"),
+    ("X", "#x", "holds '#'"),
+    ("X", "é", "holds 'é'"),
+    ("X", True, "is a bool"),
+    ("X", np.bool_(False), "is a bool"),
+    ("X", None, "is not a value"),
+    ("X", b"1", "is not a value"),
+    ("X", float("nan"), "not a finite number"),
+    ("X", float("inf"), "not a finite number"),
+    ("X=1", 1, "not a macro name"),
+    ("-DX", 1, "not a macro name"),
+    ("1X", 1, "not a macro name"),
+    ("é", 1, "not a macro name"),
+    ("X Y", 1, "not a macro name"),
+])
+def test_a_value_that_is_not_one_define_is_refused_in_one_line(name, value, says):
+    with pytest.raises(OptionsError) as exc:
+        variants({name: [value]})
+    message = str(exc.value)
+    assert says in message and "\n" not in message
+    if isinstance(value, str) and value:
+        assert repr(value)[:20] in message  # the bad value is named
+
+
+def test_values_are_passed_as_written():
+    vs = variants({"X": [1, -2, 1e-3, 1e-5, np.int64(7), np.float32(0.5), "0.5f", "(2*T)",
+                         "-1.5", "a<b?a:b", "float4", "0x1F"]})
+    assert [v.options for v in vs] == [
+        "-DX=1", "-DX=-2", "-DX=0.001", "-DX=1e-05", "-DX=7", "-DX=0.5", "-DX=0.5f",
+        "-DX=(2*T)", "-DX=-1.5", "-DX=a<b?a:b", "-DX=float4", "-DX=0x1F"]
+    assert vs[2].label == "X=0.001"  # the label is what the driver gets
+    with pytest.raises(OptionsError, match="given twice"):
+        variants({"X": [1, "1"]})  # one define, two variants
+    with pytest.raises(OptionsError, match="list of values"):
+        variants({"X": []})
+
+
+VALUE_SRC = """\
+#ifdef EVIL
+#error "EVIL is defined"
+#endif
+__kernel void value(__global float *y) { y[0] = (float)(X); }
+"""
+
+
+def test_the_driver_receives_each_value_exactly(compiler, pocl):
+    """Each accepted value is one define the driver reads as written (what the kernel computes
+    from it says so), and a value with an option pasted in never reaches the driver."""
+    def read(r):
+        y = np.zeros(1, np.float32)
+        yb = cl.Buffer(r.context, cl.mem_flags.WRITE_ONLY, y.nbytes)
+        r.kernels["value"](r.queue, (1,), None, yb)
+        cl.enqueue_copy(r.queue, y, yb)
+        seen[r.options.effective] = float(y[0])
+        return 1.0
+
+    seen: dict[str, float] = {}
+    values = [3, -2, 1e-3, "(2*3)", "-1.5f", "4>3?7:9"]
+    done = sweep_run(VALUE_SRC, {"X": values}, read, device=pocl, compiler=compiler, jobs=1)
+    assert [v.error for v in done.variants] == [""] * len(values)
+    assert [seen[v.options] for v in done.variants] == pytest.approx(
+        [3, -2, 1e-3, 6, -1.5, 7], rel=1e-6)
+    with pytest.raises(OptionsError, match="holds a space"):
+        sweep_run(VALUE_SRC, {"X": ["1 -DEVIL"]}, read, device=pocl, compiler=compiler)
+    assert len(seen) == len(values)  # nothing built for the refused sweep
+
+
+def test_the_magic_refuses_a_pasted_option_in_one_line(shell, pocl):
+    shell.user_ns["launch"] = lambda r: 1.0
+    for line in (f'--device {pocl} --sweep "X=1 -DEVIL" --run launch',
+                 f"--device {pocl} --sweep X=1,-DEVIL --run launch"):
+        with pytest.raises(OptionsError) as exc:
+            shell.run_cell_magic("clkernel", line, VALUE_SRC)
+        assert "sweep parameter X:" in str(exc.value) and "\n" not in str(exc.value)
+    with pytest.raises(OptionsError, match="--fresh goes with --sweep"):
+        shell.run_cell_magic("clkernel", f"--device {pocl} --fresh", VALUE_SRC)
+
+
+# -- a failed launch is never kept; outcomes are this run's (issue 35.1) ------------------------
+
+
+def test_a_failed_launch_is_tried_again_and_outcomes_are_this_runs(compiler, pocl):
+    params = {"SCALE": [2, 4], "VEC": [1]}
+
+    def broken(r):
+        return clmagic.time_kernel(r.kernels["scaled"], r.queue, N)  # forgot the arguments
+
+    first = sweep_run(SRC, params, broken, device=pocl, compiler=compiler, jobs=2)
+    assert [v.error[:18] for v in first.variants] == ["run failed: TypeEr"] * 2
+    assert first.best is None and first.best_result is None
+    assert {v.outcome for v in first.variants} == {"MISS"}
+    assert not (first.results.exists() and json.loads(first.results.read_text())["rows"])
+
+    fixed = Launch()  # the function fixed, the same cell run again (a restarted kernel)
+    again = sweep_run(SRC, params, fixed, device=pocl, compiler=clmagic.Compiler(
+        compiler.settings), jobs=2)
+    assert len(fixed.calls) == 2 and not any(v.resumed for v in again.variants)
+    assert [v.error for v in again.variants] == ["", ""]
+    assert {v.outcome for v in again.variants} == {"HIT"}  # the builds were cached
+    assert again.best is not None and again.best_result is not None  # something to bind
+
+    kept = Launch()  # once more: the timings are kept now, nothing launched
+    third = sweep_run(SRC, params, kept, device=pocl, compiler=compiler, jobs=2)
+    assert kept.calls == [] and all(v.resumed for v in third.variants)
+    assert {v.outcome for v in third.variants} <= {"HIT", "MEMORY"}  # not the kept row's MISS
+
+    fresh = Launch()  # fresh: the kept timings ignored, every variant timed again
+    fourth = sweep_run(SRC, params, fresh, device=pocl, compiler=compiler, jobs=2, fresh=True)
+    assert len(fresh.calls) == 2 and not any(v.resumed for v in fourth.variants)
+
+
+def test_the_magic_re_runs_a_fixed_launch_and_fresh_times_again(shell, pocl):
+    cell = f"--device {pocl} --sweep SCALE=2,4 --sweep VEC=1 --run launch"
+    shell.user_ns["launch"] = lambda r: clmagic.time_kernel(r.kernels["scaled"], r.queue, N)
+    df = shell.run_cell_magic("clkernel", cell, SRC)
+    assert df["error"].str.startswith("run failed: TypeError").all()
+    assert "scaled" not in shell.user_ns  # nothing bound
+    shell.user_ns["launch"] = Launch()
+    df = shell.run_cell_magic("clkernel", cell, SRC)
+    assert (df["error"] == "").all() and not df["resumed"].any()
+    assert isinstance(shell.user_ns["scaled"], cl.Kernel)  # the best one bound
+    df = shell.run_cell_magic("clkernel", cell, SRC)
+    assert df["resumed"].all() and len(shell.user_ns["launch"].calls) == 2
+    df = shell.run_cell_magic("clkernel", cell + " --fresh", SRC)
+    assert not df["resumed"].any() and len(shell.user_ns["launch"].calls) == 4
+
+
+# -- a sweep's own builds are not cache hits (issue 35.2) -----------------------------------------
+
+
+def _counts(compiler):
+    s = clmagic.stats(compiler)
+    return s.session, s.lifetime, sum(d.hits for d in s.devices)
+
+
+def test_a_first_sweep_counts_no_hits_and_a_second_counts_each_once(settings, pocl):
+    params = {"SCALE": [2, 4], "VEC": [1, 2]}  # four variants, all built
+    first = clmagic.Compiler(settings)
+    sweep_run(SRC, params, Launch(), device=pocl, compiler=first, jobs=2)
+    session, lifetime, entry_hits = _counts(first)
+    assert session["HIT"] == 0 and session.saved_ms == 0 and session["MISS"] == 4
+    assert session.hit_rate == 0
+    assert lifetime["HIT"] == 0 and lifetime["MISS"] == 4 and lifetime.saved_ms == 0
+    assert entry_hits == 0
+
+    # the same sweep in a new process, its kept timings ignored: its workers find every
+    # build in the store; each is one HIT, in the session, the lifetime and the entries
+    second = clmagic.Compiler(settings)
+    done = sweep_run(SRC, params, None, device=pocl, compiler=second, jobs=2, fresh=True)
+    assert {v.outcome for v in done.variants} == {"HIT"}
+    session, lifetime, entry_hits = _counts(second)
+    assert session["HIT"] == 4 and session["MISS"] == 0 and session.hit_rate == 1
+    assert lifetime["HIT"] == 4 and lifetime["MISS"] == 4 and entry_hits == 4
+    notes = {r.note for r in second.history.records}
+    assert notes == {"found by a sweep worker"}
+
+    # and timed again in a new process with its timings kept: no workers, this process's HITs
+    third = clmagic.Compiler(settings)
+    sweep_run(SRC, params, Launch(), device=pocl, compiler=third, jobs=2)
+    session, lifetime, entry_hits = _counts(third)
+    assert session["HIT"] == 4 and lifetime["HIT"] == 8 and entry_hits == 8
+
+
+# -- line numbers as a plain build's; each worker's driver warmed up (issue 35.5) -----------------
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_a_sweeps_build_error_has_the_cells_line_numbers(shell, compiler, pocl, jobs):
+    done = sweep_run(SRC, {"SCALE": [3], "VEC": [1, 2]}, None, device=pocl, compiler=compiler,
+                     jobs=jobs, line_offset=1)
+    cell = shell.run_cell(f"%%clkernel --device {pocl} --opts -DSCALE=3 -DVEC=1\n{SRC}")
+    plain = cell.error_in_exec.log
+    assert "line 3:2" in plain  # the %%clkernel line is line 1, the #error line 3
+    assert all("line 3:2:" in v.error for v in done.variants), [v.error for v in done.variants]
+    df = shell.run_cell_magic("clkernel", f"--device {pocl} --sweep SCALE=3 --sweep VEC=1", SRC)
+    assert "line 3:2:" in df["error"].iloc[0]
+
+
+def test_each_worker_warms_its_driver_before_its_first_build(compiler, pocl):
+    done = sweep_run(SRC, {"SCALE": [2, 4, 5], "VEC": [1, 2]}, None, device=pocl,
+                     compiler=compiler, jobs=2)
+    assert {v.outcome for v in done.variants} == {"MISS"}
+    # one warm-up per worker that built (two workers; the pool may hand all to one), timed
+    # apart from every variant's build time
+    assert 1 <= len(done.warm_up_ms) <= 2 and all(ms > 0 for ms in done.warm_up_ms)
+    df = sweep_frame(done)
+    assert df.attrs["warm_up_ms"] == done.warm_up_ms
+    assert "each worker's driver set up first" in html.unescape(df._repr_html_())
+    here = sweep_run(SRC, {"SCALE": [6], "VEC": [1]}, None, device=pocl, compiler=compiler,
+                     jobs=1)
+    assert here.warm_up_ms == []  # built in this process: no worker to warm
