@@ -36,7 +36,7 @@ import xxhash
 from clmagic._version import __version__
 from clmagic._warn import warn_once
 from clmagic.key.stamps import Probe
-from clmagic.store._fs import O_NOFOLLOW, read_regular
+from clmagic.store._fs import open_file, read_regular, write_private
 
 __all__ = ["Manifest", "Remembered", "MAX_BYTES", "FORMAT"]
 
@@ -210,25 +210,21 @@ class Manifest:
         self._lines = {line[:_NAME]: line for line in reversed(keep)}
         data = b"\n".join([self._head(), *self._lines.values()]) + b"\n"
         tmp = self.path.with_name(f"{self.path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-        fd = self._open(os.O_WRONLY | os.O_CREAT | os.O_TRUNC, tmp)
-        try:
-            os.write(fd, data)
-        finally:
-            os.close(fd)
-        os.replace(tmp, self.path)
+        self.path.parent.mkdir(mode=0o700, exist_ok=True)  # FileNotFoundError: no store yet
+        write_private(self.path, data, tmp)
         self._size, self._stale = len(data), False
 
     @staticmethod
     def _open(flags: int, path: Path) -> int:
-        """A descriptor of ``path`` (0600, no link followed, never blocking on a FIFO); its
-        folder is made (0700) where the folder above it, the store's, exists (a directory
-        store's is made by its first save, not here)."""
-        flags |= O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+        """A descriptor of the regular file ``path`` (:func:`~clmagic.store._fs.open_file`:
+        0600, no link followed, never blocking on a FIFO); its folder is made (0700) where the
+        folder above it, the store's, exists (a directory store's is made by its first save,
+        not here)."""
         try:
-            return os.open(path, flags, 0o600)
+            return open_file(path, flags)[0]
         except FileNotFoundError:
             path.parent.mkdir(mode=0o700, exist_ok=True)  # FileNotFoundError: no store yet
-            return os.open(path, flags, 0o600)
+            return open_file(path, flags)[0]
 
 
 def _checksum(name: bytes, body: bytes) -> bytes:

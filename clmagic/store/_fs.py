@@ -1,17 +1,26 @@
 """Folder and file safety for the stores that live on a file system (directory, SQLite): a
 folder that others could write into is refused, and clmagic's own folders and files are
-private (0700 / 0600)."""
+private (0700 / 0600).
+
+This is the only way a file under the cache's folders is opened, read or written
+(``tests/store/test_fs_only.py`` scans the package for any other ``open``): readers never
+block on a FIFO or a device, follow no symlink, and bound what they read (:func:`read_regular`,
+:func:`read_json`); writers create 0600 files without following a planted link
+(:func:`create_new`) and replace a file whole (:func:`write_private`)."""
 
 from __future__ import annotations
 
 import errno
+import json
 import os
+import secrets
 import stat
 from pathlib import Path
 
 __all__ = ["hostile", "private_folder", "private_file", "refusal", "check_creatable",
            "O_NOFOLLOW", "NotAFile", "TooLarge", "kind_of", "open_file", "open_regular",
-           "read_regular", "check_regular", "repair_folder"]
+           "read_regular", "check_regular", "repair_folder", "create_new", "write_private",
+           "read_json"]
 
 #: ``os.O_NOFOLLOW`` where the platform has it
 O_NOFOLLOW: int = getattr(os, "O_NOFOLLOW", 0)
@@ -197,3 +206,52 @@ def read_regular(path: Path | str, limit: int, follow: bool = False
         return b"".join(chunks), st
     finally:
         os.close(fd)
+
+
+def create_new(path: Path | str, flags: int = os.O_WRONLY) -> int:
+    """A descriptor of the new file ``path``, made 0600 here (``O_EXCL``: a file, a FIFO or a
+    symlink already there is never opened, the open fails); ``flags``: how it is opened
+    (``O_WRONLY``, ``O_RDWR``)."""
+    return os.open(path, flags | os.O_CREAT | os.O_EXCL | O_NOFOLLOW
+                   | getattr(os, "O_CLOEXEC", 0), 0o600)
+
+
+def write_private(path: Path, data: bytes, tmp: Path | None = None) -> None:
+    """Replace ``path`` by a file (0600) holding ``data``, whole or not at all: written to a
+    new temp file beside it (``tmp``, else a hidden name of this process's) and renamed over
+    it, so a reader sees the old file or the new one, and a symlink planted at ``path`` is
+    replaced, never followed. Raises the ``OSError`` (the temp file removed)."""
+    if tmp is None:
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    fd = create_new(tmp)
+    try:
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def read_json(path: Path | str, limit: int) -> object:
+    """The JSON document in the regular file ``path`` (read by :func:`read_regular`: at most
+    ``limit`` bytes, no FIFO waited on, no symlink followed), or ``None`` when there is none
+    that can be read: missing, not a file, too large, not UTF-8, not JSON (``NaN`` and
+    ``Infinity`` included), nested too deep. Never raises: what is kept there is a record
+    that a damaged file only loses. The caller checks the shape of what it gets."""
+    try:
+        data, _ = read_regular(path, limit)
+        return json.loads(data.decode("utf-8"), parse_constant=_no_constant)
+    except (OSError, ValueError, RecursionError):  # (UnicodeDecodeError is a ValueError)
+        return None
+
+
+def _no_constant(name: str) -> object:
+    raise ValueError(f"{name} is not a number JSON holds")

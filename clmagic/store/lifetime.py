@@ -36,7 +36,7 @@ from pathlib import Path
 
 from clmagic._fork import after_fork
 from clmagic._warn import warn_once
-from clmagic.store._fs import O_NOFOLLOW, read_regular
+from clmagic.store._fs import create_new, read_regular, write_private
 
 __all__ = ["Counters", "EVICT", "MAX_NUMBER", "SLOT", "Tally", "counters_for"]
 
@@ -267,7 +267,7 @@ class Counters:
             self._fd = None  # the parent's: never write to it (its slots are the parent's)
         self._own, self._slots = {}, {}
         name = f"{_host()}.{os.getpid()}.{secrets.token_hex(4)}{_SUFFIX}"
-        self._fd = os.open(self.folder / name, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        self._fd = create_new(self.folder / name, os.O_RDWR)
         self._pid = os.getpid()
         claims = self._claim_dead()
         for claim in claims:
@@ -353,11 +353,9 @@ class Counters:
         total = self._raw()
         if not self._since_zero(total):
             return False
-        tmp = self.folder / f".{_ZERO}.{os.getpid()}.{secrets.token_hex(4)}"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | O_NOFOLLOW, 0o600)
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(b"".join(_pack(fp, name, c, v) for (fp, name), (c, v) in total.items()))
-        os.replace(tmp, self.folder / _ZERO)
+        write_private(self.folder / _ZERO,
+                      b"".join(_pack(fp, name, c, v) for (fp, name), (c, v) in total.items()),
+                      self.folder / f".{_ZERO}.{os.getpid()}.{secrets.token_hex(4)}")
         return True
 
     def close(self) -> None:

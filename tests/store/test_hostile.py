@@ -74,16 +74,16 @@ def test_temp_files_are_exclusive_and_refuse_planted_symlinks(tmp_path):
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
     with pytest.raises(FileExistsError):
         os.open(link, flags, 0o600)
-    # every temp file the stores write (the entry, the code index, the zeroed lifetime counts),
-    # wherever the store's modules live: each ``os.open(tmp, ...)`` under clmagic/store/ has the
-    # exclusive flags, and the directory store's entry write is one of them
-    exclusive = "os.O_WRONLY | os.O_CREAT | os.O_EXCL | O_NOFOLLOW"
-    opens = {path.relative_to(ROOT).as_posix(): re.findall(r"os\.open\(tmp, ([^,]+),",
-                                                           path.read_text())
-             for path in sorted((ROOT / "clmagic" / "store").rglob("*.py"))}
-    opens = {path: flags for path, flags in opens.items() if flags}
-    assert "clmagic/store/directory/store.py" in opens, sorted(opens)
-    assert {path: flags for path, flags in opens.items() if set(flags) != {exclusive}} == {}
+    # every temp file the stores write (the entry, the code index, the zeroed lifetime counts,
+    # the manifest, a sweep's results) is made by _fs.create_new, with those flags (no other
+    # open of a cache file exists: tests/store/test_fs_only.py), and refuses the link too
+    from clmagic.store import _fs
+
+    with pytest.raises(FileExistsError):
+        _fs.create_new(link)
+    with pytest.raises(FileExistsError):
+        _fs.write_private(tmp_path / "file", b"y", link)
+    assert "create_new(tmp)" in (ROOT / "clmagic/store/directory/store.py").read_text()
     assert target.read_bytes() == b"x"
 
 

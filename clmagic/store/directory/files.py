@@ -17,10 +17,11 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
+from clmagic._valid import pid_of
 from clmagic.entry import MAX_BINARY, MAX_META, Entry, EntryMeta, OtherFormat, Usage
 from clmagic.entry_file import HEADER, read_meta
 from clmagic.errors import CorruptEntry
-from clmagic.store._fs import O_NOFOLLOW, open_file, open_regular
+from clmagic.store._fs import open_file, open_regular, write_private
 from clmagic.store.base import valid_name
 from clmagic.store.lifetime import _alive
 
@@ -57,11 +58,13 @@ def sweep_tmp(folder: Path, names: Iterable[str], prefix: str = "", everything: 
         tmp = folder / name
         if not everything:
             try:
-                pid = int(name.rsplit(TMP, 1)[1].split(".", 1)[0])
+                pid = pid_of(name.rsplit(TMP, 1)[1].split(".", 1)[0])
                 age = time.time() - tmp.lstat().st_mtime
-            except (ValueError, OSError, IndexError):
+            except OSError:
                 continue
-            if pid > 0 and _alive(pid) and age < STALE_TMP_S:
+            if pid is None:  # not a name a writer of ours spells (the contract's reader)
+                continue
+            if _alive(pid) and age < STALE_TMP_S:
                 continue  # a writer at work (this process's other threads, or another one)
         try:
             tmp.unlink()
@@ -122,16 +125,11 @@ def write_code_index(folder: Path, entry: Entry) -> None:
     code = entry.meta.code_key
     if not valid_name(entry.fingerprint, code):
         return
-    tmp = temp_path(folder / (code + CODE_SUFFIX))
+    path = folder / (code + CODE_SUFFIX)
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | O_NOFOLLOW, 0o600)
-        try:
-            os.write(fd, entry.key.encode())
-        finally:
-            os.close(fd)
-        os.replace(tmp, folder / (code + CODE_SUFFIX))
+        write_private(path, entry.key.encode(), temp_path(path))
     except OSError:
-        tmp.unlink(missing_ok=True)
+        pass
 
 
 def read_code_index(path: str | Path) -> str | None:

@@ -41,9 +41,9 @@ from clmagic.entry import Entry, OtherFormat, Usage
 from clmagic.entry_file import encode, read_entry
 from clmagic.errors import CorruptEntry
 from clmagic.store._fs import (
-    O_NOFOLLOW,
     NotAFile,
     check_creatable,
+    create_new,
     hostile,
     open_file,
     open_regular,
@@ -232,7 +232,7 @@ class DirectoryStore(Store):
                 self._make_root()
                 private_folder(path.parent)
             self._check_folder(path.parent)
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | O_NOFOLLOW, 0o600)
+            fd = create_new(tmp)
             try:
                 with os.fdopen(fd, "wb") as fh:
                     fh.write(data)
