@@ -50,7 +50,8 @@ if TYPE_CHECKING:
 # it, and ``tests/test_public.py`` checks the imports above, which are for the type checker only,
 # name the same modules). Every name is loaded on first use, so ``import clmagic`` and
 # ``%load_ext clmagic`` stay light: the build path (pyopencl, hashing, the stores) is imported by
-# the first build, pandas, matplotlib, ipywidgets and sqlite3 only by what draws or stores with them.
+# the first build, pandas, matplotlib, ipywidgets and sqlite3 only by what draws or stores with
+# them.
 _LAZY = {
     **dict.fromkeys(("Using", "get_compiler", "reset", "use"), "process.session"),
     **dict.fromkeys(("BuildResult", "Compiler"), "trip.compiler"),
@@ -148,7 +149,8 @@ def load_ipython_extension(ip: InteractiveShell) -> None:
 
 
 def _flush_before_cell(info: object = None) -> None:
-    saving = sys.modules.get(f"{__name__}.trip.background")  # nothing to wait for before a first build
+    # None before the first build: nothing to wait for
+    saving = sys.modules.get(f"{__name__}.trip.background")
     if saving is not None:
         saving.flush_all()
 

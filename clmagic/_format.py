@@ -66,10 +66,10 @@ def fmt_bytes(n: int) -> str:
     numbers), one decimal, none where it is zero."""
     if n < 1024:
         return f"{n} B"
-    value, unit = float(n), "B"
+    value = float(n)
     for unit in ("KiB", "MiB", "GiB", "TiB"):
         value /= 1024
-        if value < 1024:
+        if value < 1024 or unit == "TiB":
             break
     text = f"{value:.1f}" if value < 100 else f"{value:.0f}"
     return f"{text.removesuffix('.0')} {unit}"

@@ -126,7 +126,7 @@ def _pasted(texts: list[str], facts: list[_Facts], names: Iterable[str]) -> str:
     if not any(f.pastes for f in facts):
         return ""
     pieces: set[str] = set()
-    for f, text in zip(facts, texts):
+    for f, text in zip(facts, texts, strict=True):  # one facts per text
         pieces |= f.pieces if f.pieces or len(text) >= 2048 else _pieces(_readings(text))
     return next((n for n in names if spells(n, pieces)), "")
 
@@ -150,7 +150,7 @@ def clock_reason(source: str, options: str, headers: Iterable[tuple[str, bytes]]
     texts = [("the source", source), ("the options", options),
              *((name.split(" @")[0], data.decode("latin-1")) for name, data in headers)]
     facts = [_facts(text) for _, text in texts]
-    for (where, _), f in zip(texts, facts):
+    for (where, _), f in zip(texts, facts, strict=True):
         name = next((n for n in CLOCK if n in f.names), "")
         if name:
             return (f"{where} reads the clock ({name}): a cached binary would hold another "

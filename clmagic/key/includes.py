@@ -386,7 +386,9 @@ def headers_changed(headers: Headers, during: str = "the build") -> str:
     except Unkeyable as exc:
         return f"the included files changed during {during} ({exc})"
     if list(again) != list(headers) or again.stamps != headers.stamps:
+        # the same names, compared in order; not strict: lists of other lengths (a name listed
+        # twice) that agree as far as both go name "a header"
         names = {n for n, _ in again} ^ {n for n, _ in headers} or {
-            n for (n, d), (m, e) in zip(again, headers) if d != e} or {"a header"}
+            n for (n, d), (m, e) in zip(again, headers, strict=False) if d != e} or {"a header"}
         return f"{sorted(names)[0]} changed during {during}"
     return ""
