@@ -208,7 +208,8 @@ def _table(cache: str, summary: dict, runs: dict) -> list[str]:
     return lines + ["", f"Second run, plain / clmagic: compile time {ratio['compile_ms']:.1f}×, "
                     f"tune_kernel {ratio['tune_s']:.1f}×. One build more than configurations: "
                     f"Kernel Tuner builds its first configuration twice (a warm-up, then the "
-                    f"measured build), the second served by clmagic (MEMORY: from memory).", ""]
+                    f"measured build); through clmagic the second is a HIT, or a MISS again "
+                    f"while the first one's save is under way (the hook waits for none).", ""]
 
 
 def _counts(items: list[str]) -> dict[str, int]:

@@ -284,9 +284,10 @@ def test_kernel_tuner_retunes_from_the_cache(twice):
     tunes = [list(frame_rows(output_of(nb, marker)).values())
              for nb in (first, second) for marker in ("first = tune()", "second = tune()")]
     words = [[r["clmagic_outcome"] for r in rows] for rows in tunes]
-    # row 0: Kernel Tuner's warm-up built that configuration just before, so it is served
+    # row 0: Kernel Tuner's warm-up built that configuration just before: a HIT, or in the very
+    # first tune a MISS again while the warm-up's save is under way
     assert [w[1:] for w in words] == [["MISS", "MISS"]] + [["HIT", "HIT"]] * 3, words
-    assert {w[0] for w in words} <= {"HIT", "MEMORY"}, words
+    assert words[0][0] in ("MISS", "HIT") and {w[0] for w in words[1:]} == {"HIT"}, words
     for rows in tunes:
         assert [(r["block_size_x"], r["local_mem"]) for r in rows] == [
             ("4", "128"), ("8", "512"), ("16", "2048")]  # 2 tiles of x * y floats
