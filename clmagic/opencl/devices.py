@@ -162,8 +162,9 @@ def default_device(preferred: str | None = None) -> tuple[DeviceInfo, cl.Device]
 def resolve_device(spec: object) -> tuple[DeviceInfo, cl.Device]:
     """Find a device from a spec: ``"P:D"``, ``"P"``, a case-insensitive substring of
     ``"platform device"`` or of the label (so ``"pocl"`` works), a fingerprint, a pyopencl
-    device or a :class:`DeviceInfo` (anything else is read as its text). A substring that several devices match picks the first one
-    that can build here (the first match when none can)."""
+    device or a :class:`DeviceInfo` (anything else is read as its text). A substring that
+    several devices match picks the first one that can build here (the first match when none
+    can)."""
     inv = _inventory()
     if spec is None:
         return default_device()
