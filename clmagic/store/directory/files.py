@@ -17,7 +17,6 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
-from clmagic._valid import pid_of
 from clmagic.entry import MAX_BINARY, MAX_META, Entry, EntryMeta, OtherFormat, Usage
 from clmagic.entry_file import HEADER, read_meta
 from clmagic.errors import CorruptEntry
@@ -58,13 +57,11 @@ def sweep_tmp(folder: Path, names: Iterable[str], prefix: str = "", everything: 
         tmp = folder / name
         if not everything:
             try:
-                pid = pid_of(name.rsplit(TMP, 1)[1].split(".", 1)[0])
+                pid = int(name.rsplit(TMP, 1)[1].split(".", 1)[0])
                 age = time.time() - tmp.lstat().st_mtime
-            except OSError:
+            except (ValueError, OSError, IndexError):
                 continue
-            if pid is None:  # not a name a writer of ours spells (the contract's reader)
-                continue
-            if _alive(pid) and age < STALE_TMP_S:
+            if pid > 0 and _alive(pid) and age < STALE_TMP_S:
                 continue  # a writer at work (this process's other threads, or another one)
         try:
             tmp.unlink()
