@@ -85,7 +85,9 @@ class FactsObserver(BenchmarkObserver):  # type: ignore[misc]  # Kernel Tuner sh
     It fills the gap of Kernel Tuner's own ``RegisterObserver``, which raises
     ``NotImplementedError`` for OpenCL. Use it with ``tune_kernel(..., lang="OpenCL",
     observers=[FactsObserver()])``, usually after :func:`clmagic.install`; it works without the
-    hook too (no ``clmagic_outcome`` then, and the driver's own log for the ptxas figures).
+    hook too (no ``clmagic_outcome`` then, and the driver's own log for the ptxas figures). The
+    outcome and a HIT's stored log are read from the compiler's history: with
+    ``CLMAGIC_RECORD=off`` it keeps none, and the columns are as without the hook.
 
     ``compiler``: the compiler whose history holds the hook's records (default: the process's,
     the one ``clmagic.install()`` builds with); give the one passed to ``clmagic.install`` if

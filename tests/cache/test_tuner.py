@@ -15,6 +15,7 @@ pytest.importorskip("kernel_tuner")  # the `tune` and `test` extras install it
 from kernel_tuner import tune_kernel  # noqa: E402
 
 import clmagic  # noqa: E402
+from clmagic.config import Settings  # noqa: E402
 from clmagic.kernel_tuner import COLUMNS, FactsObserver  # noqa: E402
 from clmagic.outcome import Outcome  # noqa: E402
 from clmagic.process import hook  # noqa: E402
@@ -103,6 +104,24 @@ def test_the_observer_works_without_the_hook(compiler, pocl):
     assert [r["local_mem"] for r in results] == [4 * s for s in SIZES]
     assert {r["clmagic_outcome"] for r in results} == {None}  # pyopencl built them itself
     assert compiler.history.records == []
+
+
+def test_with_no_history_kept_the_observer_still_gives_the_facts(cache_dir, pocl):
+    """CLMAGIC_RECORD=off: the hook builds through the cache but keeps no record to read the
+    outcome from; the facts are the driver's all the same."""
+    compiler = clmagic.Compiler(Settings.from_env({"CLMAGIC_CACHE_DIR": str(cache_dir),
+                                                   "CLMAGIC_DEVICE": pocl,
+                                                   "CLMAGIC_RECORD": "off"}))
+    hook.install(compiler)
+    try:
+        results = _tune(pocl, [FactsObserver(compiler)])
+    finally:
+        hook.uninstall()
+    assert [r["local_mem"] for r in results] == [4 * s for s in SIZES]
+    assert {r["clmagic_outcome"] for r in results} == {None}
+    compiler.flush()  # the saves, on the saver's thread
+    assert compiler.history.records == []
+    assert len(list(compiler.store.entries())) == len(SIZES)  # built through the cache
 
 
 def test_the_observer_refuses_a_backend_without_opencl_kernels():
