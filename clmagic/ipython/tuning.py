@@ -59,6 +59,9 @@ def run_sweep(ns: dict[str, Any], compiler: Compiler, cell: str, params: Mapping
         print(f"best: {df.attrs['best_options']} (its kernels are bound)")
     elif run is None:
         print("no --run: every variant built, none timed, nothing bound")
+    elif not done.interrupted:
+        print(f"no variant was timed, nothing bound: the error column says why (fix "
+              f"{run_name}() and run the cell again: a failed launch is not kept)")
     return df
 
 

@@ -253,12 +253,13 @@ def test_a_failed_launch_is_tried_again_and_outcomes_are_this_runs(compiler, poc
     assert len(fresh.calls) == 2 and not any(v.resumed for v in fourth.variants)
 
 
-def test_the_magic_re_runs_a_fixed_launch_and_fresh_times_again(shell, pocl):
+def test_the_magic_re_runs_a_fixed_launch_and_fresh_times_again(shell, pocl, capsys):
     cell = f"--device {pocl} --sweep SCALE=2,4 --sweep VEC=1 --run launch"
     shell.user_ns["launch"] = lambda r: clmagic.time_kernel(r.kernels["scaled"], r.queue, N)
     df = shell.run_cell_magic("clkernel", cell, SRC)
     assert df["error"].str.startswith("run failed: TypeError").all()
-    assert "scaled" not in shell.user_ns  # nothing bound
+    assert "scaled" not in shell.user_ns  # nothing bound, and the cell says so
+    assert "no variant was timed, nothing bound" in capsys.readouterr().out
     shell.user_ns["launch"] = Launch()
     df = shell.run_cell_magic("clkernel", cell, SRC)
     assert (df["error"] == "").all() and not df["resumed"].any()
