@@ -26,7 +26,7 @@ Kernel Tuner is imported here only, and this module only when ``clmagic.kernel_t
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -91,11 +91,13 @@ class FactsObserver(BenchmarkObserver):  # type: ignore[misc]  # Kernel Tuner sh
 
     ``compiler``: the compiler whose history holds the hook's records (default: the process's,
     the one ``clmagic.install()`` builds with); give the one passed to ``clmagic.install`` if
-    it was another.
+    it was another. ``observers=[FactsObserver]`` (the class) works too: Kernel Tuner makes one.
     """
 
-    def __init__(self, compiler: Compiler | None = None) -> None:
-        self._compiler = compiler
+    def __init__(self, compiler: Compiler | Mapping[str, Any] | None = None) -> None:
+        # the class itself in ``observers=`` is called by Kernel Tuner with a dict of its
+        # arguments (device, platform, ...): no compiler named, so the process's
+        self._compiler = compiler if isinstance(compiler, Compiler) else None
         self._device: cl.Device | None = None
         self._last: _Compiled | None = None
 

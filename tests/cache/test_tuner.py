@@ -99,6 +99,20 @@ def test_the_observer_adds_the_kernels_facts_to_each_configuration(hooked, pocl)
         assert "registers" not in r  # NVIDIA's ptxas figures only
 
 
+def test_the_class_itself_is_an_observer_kernel_tuner_makes(pocl, cache_dir, monkeypatch):
+    """``observers=[FactsObserver]``: Kernel Tuner calls it with a dict of its arguments; it
+    reads the process's compiler, the one ``clmagic.install()`` builds with."""
+    monkeypatch.setenv("CLMAGIC_CACHE_DIR", str(cache_dir))
+    clmagic.install()
+    try:
+        results = _tune(pocl, [FactsObserver])
+    finally:
+        clmagic.uninstall()
+        clmagic.get_compiler().flush()
+    assert [r["local_mem"] for r in results] == [4 * s for s in SIZES]
+    assert [r["clmagic_outcome"] for r in results[1:]] == ["MISS"] * (len(SIZES) - 1)
+
+
 def test_the_observer_works_without_the_hook(compiler, pocl):
     results = _tune(pocl, [FactsObserver(compiler)])
     assert [r["local_mem"] for r in results] == [4 * s for s in SIZES]
