@@ -205,9 +205,8 @@ def test_notebook_1_in_jupyterlab_shows_miss_then_hit_and_the_cache_panel(lab, p
 
 
 def device_label(spec: str) -> str:
-    """The dropdown's text for a device."""
-    info = clmagic.resolve_device(spec)[0]
-    return f"{info.platform_name} · {info.device_name}"
+    """The dropdown's text for a device: its one short name (show.cache.device_option)."""
+    return clmagic.resolve_device(spec)[0].label
 
 
 def expect_text(locator, text: str) -> None:

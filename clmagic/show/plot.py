@@ -41,6 +41,15 @@ def theme_neutral(ax: Any) -> None:
         spine.set_color(NEUTRAL)
     for text in (ax.title, ax.xaxis.label, ax.yaxis.label, *ax.texts):
         text.set_color(NEUTRAL)
+    from matplotlib.colors import to_hex
+
+    for line in ax.lines:  # black marks (error bars' caps) vanish on a dark page
+        if to_hex(line.get_markeredgecolor()) == "#000000":
+            line.set_markeredgecolor(NEUTRAL)
+    for artist in ax.collections:  # error bars' stems
+        colours = artist.get_edgecolor()
+        if len(colours) and all(to_hex(c) == "#000000" for c in colours):
+            artist.set_color(NEUTRAL)
     legend = ax.get_legend()
     if legend is not None:
         for text in legend.get_texts():
