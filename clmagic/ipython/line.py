@@ -133,6 +133,13 @@ def launch_line(line: str, flags: Sequence[str], usage: str) -> tuple[str | None
 
 def launch_values(call: ast.Call, ns: dict[str, Any], magic: str) -> list[Any]:
     """The kernel, queue, sizes and arguments of a launch line, evaluated in the user's
-    namespace (what the user wrote runs as a cell would run it)."""
-    return [eval(compile(ast.Expression(n), f"<%{magic}>", "eval"), ns)  # noqa: S307
-            for n in (call.func, *call.args)]
+    namespace (what the user wrote runs as a cell would run it). One that raises (a name not
+    defined yet, a typo) is one line naming it, not a traceback through the magic."""
+    values = []
+    for node in (call.func, *call.args):
+        try:
+            values.append(eval(compile(ast.Expression(node), f"<%{magic}>", "eval"), ns))  # noqa: S307
+        except Exception as exc:  # the user's own expression: said, not traced
+            raise OptionsError(f"%{magic}: {ast.unparse(node)}: {type(exc).__name__}: "
+                               f"{exc}".splitlines()[0]) from None
+    return values

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 import pyopencl as cl
 
 from clmagic._memo import remember
+from clmagic.errors import OptionsError
+from clmagic.opencl.refusals import launch_sizes, refused, set_arguments
 
 __all__ = ["Timing", "time_kernel", "profiling_queue"]
 
@@ -80,30 +82,31 @@ def profiling_queue(context: cl.Context, device: cl.Device) -> cl.CommandQueue:
     return queue
 
 
-def _size(value: Size | None) -> tuple[int, ...] | None:
-    if value is None:
-        return None
-    return (int(value),) if isinstance(value, int) else tuple(int(v) for v in value)
-
-
 def time_kernel(kernel: cl.Kernel, queue: cl.CommandQueue, global_size: Size,
                 local_size: Size | None, *args: object, repeats: int = 20,
                 warmup: int = 1) -> Timing:
     """Launch ``kernel`` ``warmup`` + ``repeats`` times over ``global_size`` in groups of
     ``local_size`` (``None``: the driver chooses) with ``args`` (none: the arguments already
     set), on a profiling queue of ``queue``'s context and device; the ``repeats`` timed
-    launches' device times."""
-    if repeats < 1:
-        raise ValueError(f"repeats={repeats}: need at least one launch")
-    gs, ls = _size(global_size), _size(local_size)
-    assert gs is not None
-    if args:
-        kernel.set_args(*args)  # type: ignore[arg-type]  # checked by pyopencl itself
+    launches' device times. A launch that cannot be made (sizes, arguments, a group the device
+    refuses) is an :class:`~clmagic.errors.OptionsError` of one line
+    (:mod:`clmagic.opencl.refusals`)."""
+    if not isinstance(repeats, int) or repeats < 1:
+        raise OptionsError(f"repeats={repeats}: need at least one launch (-r 1 or more)")
+    gs, ls = launch_sizes(global_size, local_size)
+    if args or not isinstance(kernel, cl.Kernel):
+        set_arguments(kernel, args)
+    if not isinstance(queue, cl.CommandQueue):
+        raise OptionsError(f"{queue!r} is not a command queue: give the one the kernel's "
+                           "context has (cl_queue after %%clkernel)")
     queue.finish()  # what the user's queue wrote is there before the first launch
     pq = profiling_queue(queue.context, queue.device)
-    for _ in range(max(warmup, 0)):
-        cl.enqueue_nd_range_kernel(pq, kernel, gs, ls)
-    events = [cl.enqueue_nd_range_kernel(pq, kernel, gs, ls) for _ in range(repeats)]
+    try:
+        for _ in range(max(warmup, 0)):
+            cl.enqueue_nd_range_kernel(pq, kernel, gs, ls)
+        events = [cl.enqueue_nd_range_kernel(pq, kernel, gs, ls) for _ in range(repeats)]
+    except cl.Error as exc:  # a launch the driver refuses: one line that says what to change
+        raise refused(exc, kernel, queue.device, gs, ls) from None
     pq.finish()
     times = tuple((e.profile.end - e.profile.start) / 1000.0 for e in events)
     return Timing(str(kernel.function_name), times, gs, ls)

@@ -85,3 +85,34 @@ def pd_na():
     import pandas as pd
 
     return pd.NA
+
+
+@pytest.mark.parametrize(("line", "said"), [
+    ("scaled(cl_queue, (N,), (7,), xb, yb)", "local size (7,) does not go with global size"),
+    ("scaled(cl_queue, (N,), None, xb)", "scaled takes 2 arguments, 1 given"),
+    ("-r 0 scaled(cl_queue, (N,), None, xb, yb)", "need at least one launch"),
+    ("scaled(cl_queue, (N,), None, xb, nothere)", "nothere: NameError"),
+    ("scaled(cl_queue, (N, N, N, N), None, xb, yb)", "1 to 3 dimensions"),
+    ("scaled(cl_queue, (N,), (16, 16), xb, yb)", "has 2 dimensions, the global size"),
+    ("scaled(cl_queue, (2.5,), None, xb, yb)", "give a whole number"),
+    ("scaled(cl_queue, (N,), None, xb, np.float32(1))", "argument 2 does not fit"),
+    ("cl_queue(cl_queue, (N,), None, xb, yb)", "is not a kernel"),
+    ("scaled", "usage: %cltime"),
+])
+def test_a_bad_cltime_line_is_one_line(shell, pocl, line, said):
+    """A launch %cltime cannot make is one line saying what to change, never a traceback
+    through clmagic's code; the launch it can make afterwards is timed."""
+    from IPython.utils.capture import capture_output
+
+    shell.run_cell_magic("clkernel", f"--device {pocl} --opts -DSCALE=2", SRC)
+    ctx = shell.user_ns["cl_ctx"]
+    x = np.ones(N, np.float32)
+    mf = cl.mem_flags
+    shell.user_ns.update(xb=cl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=x),
+                         yb=cl.Buffer(ctx, mf.WRITE_ONLY, x.nbytes), N=N, np=np)
+    with capture_output() as cap:
+        res = shell.run_cell(f"%cltime {line}")
+    assert isinstance(res.error_in_exec, OptionsError)
+    shown = [ln for ln in (cap.stdout + cap.stderr).splitlines() if ln.strip()]
+    assert len(shown) == 1 and said in shown[0], shown
+    assert shell.run_line_magic("cltime", "-r 1 scaled(cl_queue, (N,), None, xb, yb)").repeats == 1
