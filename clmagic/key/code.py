@@ -27,6 +27,7 @@ apostrophe in prose) has no form.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable
 from typing import NamedTuple
@@ -243,6 +244,7 @@ def code_form(source: str) -> tuple[str | None, str]:
         return None, str(exc)
 
 
+@functools.lru_cache(maxsize=64)
 def header_refusal(data: bytes) -> str:
     """Why an included header stops its includer from being rekeyed, else ``""``: a macro of
     the header could make the includer's spacing or line numbers visible (stringizing,
@@ -250,7 +252,8 @@ def header_refusal(data: bytes) -> str:
     splice with blanks, trigraphs, digraphs). The header's bytes enter the code key unchanged;
     its own ``\\`` + newline line continuations are harmless to the includer, and so is its
     token pasting unless it can spell a position-dependent name (:func:`code_refusal` checks
-    that over the whole build)."""
+    that over the whole build). Remembered by content: a library's headers (pyopencl's) are
+    included by many programs, and lexing one costs milliseconds."""
     try:
         _form(data.decode("utf-8"), header=True)
         return ""

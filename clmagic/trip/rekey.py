@@ -13,7 +13,17 @@ from clmagic.opencl.devices import DeviceInfo
 from clmagic.trip.background import pending_everywhere, wait_everywhere
 from clmagic.trip.state import TripState
 
-__all__ = ["code_key_for", "find", "rekeyed_note"]
+__all__ = ["code_key_for", "find", "rekeyed_note", "worth_trying"]
+
+#: callers whose programs are generated text (pyopencl's elementwise, reduction, scan, ...): a
+#: generator's text changes with its version, never by a comment edit, so a code lookup for one
+#: is pure cost on a miss (lexing a generated program took ~20 ms a MISS, measured on POCL)
+GENERATORS = ("pyopencl",)
+
+
+def worth_trying(origin: str) -> bool:
+    """Whether a build asked for by ``origin`` may be rekeyed: any but a generator's."""
+    return not any(origin == g or origin.startswith(g + ".") for g in GENERATORS)
 
 
 def code_key_for(state: TripState, info: DeviceInfo, prep: Prepared) -> CodeKey:

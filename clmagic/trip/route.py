@@ -87,6 +87,8 @@ def _rekey(state: TripState, trip: Trip, have: dict[int, _Have],
     """Each missing device's code key (``{index: key}``, none where it cannot be rekeyed);
     ``have`` gains the entries of the same code found for them."""
     codes: dict[int, str] = {}
+    if not rekey.worth_trying(trip.origin):
+        return codes
     for i, (info, prep) in enumerate(zip(trip.infos, trip.preps, strict=True)):
         if i in have or found[i].underway:
             continue
