@@ -117,6 +117,30 @@ say(outcome=r.outcome, value=value(r))
     assert _foreign_marks(hostile, [first["pid"], second["pid"]]) == []
 
 
+def test_the_issues_json_py_does_not_change_what_is_stored(tmp_path, pocl):
+    """The issue's own case, alone: only the ``json.py`` in the working folder. A helper that
+    imported it would build ``a[0] = 666`` and store it under the key of ``a[0] = 1`` (the
+    next process's HIT computed 666); the helper runs the real json, and the HIT computes 1."""
+    work, marks = tmp_path / "work", tmp_path / "marks"
+    work.mkdir()
+    marks.mkdir()
+    (work / "json.py").write_text(EVIL_JSON)
+    hostile = {"work": work, "marks": marks, "scripts": tmp_path,
+               "env": child_env(CLMAGIC_TEST_MARKS=str(marks))}
+    env = dict(CLMAGIC_CACHE_DIR=str(tmp_path / "cache"), CLMAGIC_DEVICE=pocl,
+               CLMAGIC_READOUT_HELPER="1", SRC=KERNEL)
+    script = '''
+from clmagic.opencl import readout
+r = clmagic.build(os.environ["SRC"])
+r.saved
+say(outcome=r.outcome, value=value(r), helper=readout.helper_pid())
+'''
+    first, second = _run(hostile, script, **env)[0], _run(hostile, script, **env)[0]
+    assert first["outcome"] == "MISS" and first["helper"] is not None
+    assert second["outcome"] == "HIT" and second["value"] == 1
+    assert _foreign_marks(hostile, [first["pid"], second["pid"]]) == []
+
+
 def test_vet_child_imports_nothing_of_the_users(hostile, tmp_path, pocl):
     """An imported bundle's entry is proven in the vet child before it is used: the child
     runs none of the planted modules, and the HIT computes 1."""
