@@ -270,3 +270,45 @@ def test_a_symlinked_sweeps_folder_is_neither_read_nor_written(results, pocl, tm
     again, launched = _sweep(compiler, pocl)
     assert launched == 2 and not any(v.resumed for v in again.variants)
     assert {p.name: p.read_bytes() for p in elsewhere.iterdir()} == before
+
+
+# -- the other writers routed through _fs ------------------------------------------------------
+
+def test_zeroing_the_lifetime_counts_replaces_a_planted_symlink(tmp_path: Path) -> None:
+    """The zero file is written whole (0600) over a symlink planted at its name, whose target
+    keeps its bytes; the counts read back as zero."""
+    from clmagic.store.lifetime import Counters
+
+    folder = tmp_path / "stats"
+    counters = Counters(folder)
+    counters.add("fp", "HIT", 3)
+    counters.flush()
+    target = tmp_path / "theirs"
+    target.write_bytes(b"keep")
+    (folder / "zero").symlink_to(target)
+    assert counters.zero() is True
+    assert target.read_bytes() == b"keep" and not (folder / "zero").is_symlink()
+    assert stat.S_IMODE((folder / "zero").stat().st_mode) == 0o600
+    assert counters.lifetime() == {}
+    counters.close()
+
+
+def test_a_code_index_is_written_over_a_planted_symlink(tmp_path: Path, pocl: str) -> None:
+    """The directory store's code index (``<code key>.code``) replaces a symlink planted at its
+    name (the link's target untouched), 0600."""
+    import clmagic
+    from clmagic.store import DirectoryStore
+
+    store = DirectoryStore(tmp_path / "cache")
+    compiler = clmagic.Compiler(store=store)
+    src = "__kernel void k(__global int *a) { a[0] = 3; }"
+    r = compiler.build(src, device=pocl)
+    assert r.saved
+    index = next((tmp_path / "cache").rglob("*.code"))
+    target = tmp_path / "theirs"
+    target.write_bytes(b"keep")
+    index.unlink()
+    index.symlink_to(target)
+    compiler.store.put(compiler.store.get(r.device.fingerprint, r.key))
+    assert target.read_bytes() == b"keep" and not index.is_symlink()
+    assert index.read_text() == r.key and stat.S_IMODE(index.stat().st_mode) == 0o600
