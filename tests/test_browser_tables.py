@@ -62,7 +62,7 @@ CELLS = {
     "timeline": "clmagic.plot_history()",
     # last: a sweep's variants in the history, told apart by their options
     "sweep": "%%clkernel --sweep SCALE=1,2,3,4 --run launch\n" + KERNEL,
-    "plot": "ax = clmagic.plot_sweep(_)",
+    "plot": "clmagic.plot_sweep(_)",
     "after": "%clcache history",
 }
 

@@ -50,7 +50,7 @@ CELLS = {
     "kernel": "%%clkernel --show ptx --opts -DSCALE=2 -cl-kernel-arg-info\n" + KERNEL,
     "launch": LAUNCH,
     "sweep": "%%clkernel --sweep SCALE=1,2,3,4 --run launch\n" + KERNEL,
-    "plot": "ax = clmagic.plot_sweep(_)",
+    "plot": "clmagic.plot_sweep(_)",  # the cell's last line: the plot, nothing printed
     "widget": "%clcache widget",
 }
 
@@ -93,7 +93,8 @@ def test_the_workbench_reads_clearly(lab, page, tmp_path):
     plot = cell(page, CELLS, "plot")
     plot.scroll_into_view_if_needed()
     expect_count(plot.locator(".jp-OutputArea-output img"), 1)
-    assert "<Figure" not in plot.locator(".jp-OutputArea").inner_text()
+    shown = plot.locator(".jp-OutputArea").inner_text()
+    assert "<Figure" not in shown and "<Axes" not in shown
     cell(page, CELLS, "sweep").screenshot(path=str(ARTIFACTS / "browser-25-sweep.png"))
     plot.screenshot(path=str(ARTIFACTS / "browser-25-sweep-plot.png"))
 

@@ -179,9 +179,12 @@ def sweep_with_bar(source: str, params: Mapping[str, Sequence[object]],
         return done
 
 
-def plot_sweep(df: pd.DataFrame, ax: Axes | None = None) -> Axes:
-    """The median launch time of each variant (min to median as a bar, the spread as an error
-    bar), the best one marked; variants that failed or were not timed are left out."""
+def plot_sweep(df: pd.DataFrame, ax: Axes | None = None) -> None:
+    """The median launch time of each variant as a bar (the spread as an error bar), the best
+    one marked; variants that failed or were not timed are left out. Draws on ``ax`` when
+    given (an axes of your own, to arrange or label further), else on a new figure that
+    matplotlib shows as it shows any plot: once, under the cell. Returns nothing, so a cell
+    that ends with it prints no ``<Axes: …>`` above the plot."""
     import matplotlib.pyplot as plt
 
     if ax is None:
@@ -203,7 +206,6 @@ def plot_sweep(df: pd.DataFrame, ax: Axes | None = None) -> Axes:
     if figure is not None and hasattr(figure, "tight_layout"):  # not a SubFigure
         figure.tight_layout()
     theme_neutral(ax)  # no white box in a dark theme
-    return ax
 
 
 _NOT_PARAMS = frozenset({"outcome", "build_ms", "error", *FACT_COLUMNS, "median_us", "min_us",

@@ -110,8 +110,12 @@ def test_the_frame_and_the_plot(compiler, pocl):
     import matplotlib
 
     matplotlib.use("Agg")
-    ax = plot_sweep(df)
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots()
+    assert plot_sweep(df, ax=ax) is None  # nothing printed above the plot in a notebook
     assert len(ax.patches) == 1 and "1 failed" in ax.get_title()
+    plt.close(fig)
     # the notebook's table: POCL gives no registers, so that column is left out and named; the
     # failed variant's error is cut to its start, in full in the tooltip; the best one starred
     page = df._repr_html_()
