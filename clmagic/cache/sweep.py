@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from clmagic.cache.warm import Build, first_error, run_builds
+from clmagic.cache.warm import Build, first_error, run_builds, warm_up
 from clmagic.errors import ClmagicError, OptionsError
 from clmagic.key.defines import define_value, is_macro_name
 from clmagic.opencl.devices import DeviceInfo
@@ -97,9 +97,10 @@ class SweepRun:
     best_result: BuildResult | None = None
     interrupted: bool = False
     results: Path | None = None
-    #: each worker's one-time driver setup (ms): a warm-up build before its first variant, so
-    #: that no variant's build time holds it (a driver's first compile in a process sets up
-    #: its compiler: POCL's takes 0.5 s)
+    #: the one-time driver setup (ms) of each process that compiled (the workers, or this one
+    #: on its first compile): a warm-up build before its first variant, so that no variant's
+    #: build time holds it (a driver's first compile in a process sets up its compiler: POCL's
+    #: takes 0.5 s)
     warm_up_ms: list[float] = field(default_factory=list)
 
 
@@ -221,8 +222,9 @@ class _Sweep:
 
     def build_all(self, todo: list[Variant], jobs: int) -> bool:
         """Build ``todo`` through the cache: in worker processes over the same store when the
-        store is one they can share (each worker's driver warmed up first, its one-time cost
-        in ``out.warm_up_ms``), else here. Returns whether it was interrupted."""
+        store is one they can share, else here; each process's driver warmed up before its
+        first compile (its one-time cost in ``out.warm_up_ms``). Returns whether it was
+        interrupted."""
         by_label = {v.label: v for v in todo}
 
         def done(label: str, outcome: Outcome, why: str) -> None:
@@ -239,6 +241,9 @@ class _Sweep:
             return interrupted
         for v in todo:  # memory only (workers could not share it), or one job: here
             try:
+                warm_ms = warm_up(c, self.source, v.options, self.info)
+                if warm_ms:
+                    self.out.warm_up_ms.append(warm_ms)
                 r = c.build(self.source, v.options, self.info, line_offset=self.line_offset)
             except ClmagicError as exc:
                 done(v.label, Outcome.FAILED, first_error(exc))

@@ -34,7 +34,7 @@ from clmagic.store._fs import read_regular
 if TYPE_CHECKING:
     from clmagic.trip.compiler import Compiler
 
-__all__ = ["warm", "find_sources", "WarmReport", "first_error", "run_builds", "Build"]
+__all__ = ["warm", "find_sources", "WarmReport", "first_error", "run_builds", "Build", "warm_up"]
 
 
 @dataclass
@@ -107,25 +107,26 @@ def _init(settings: Settings) -> None:
 WARM_UP_SOURCE = ("void clmagic_warm_up_missing(__global int *a);\n"
                   "__kernel void clmagic_warm_up(__global int *a) "
                   "{ clmagic_warm_up_missing(a); }\n")
-_warmed: set[str | None] = set()  # the devices this worker's driver has compiled for
+_warmed: set[str] = set()  # the devices (fingerprints) this process's driver has compiled for
 
 
-def _warm_up(source: str | bytes, options: str, device: str | None) -> float:
-    """Before this worker's first compile for ``device``, a tiny one (:data:`WARM_UP_SOURCE`):
+def warm_up(compiler: Compiler, source: str | bytes, options: str, device: object) -> float:
+    """Before this process's first compile for ``device``, a tiny one (:data:`WARM_UP_SOURCE`):
     a driver's first compile in a process also sets its compiler up (POCL: 0.5 s), which the
-    first variant's build time would otherwise hold. Returns the ms it took (0: not needed,
-    the driver already warm or the build a HIT, which compiles nothing)."""
-    if _worker is None or device in _warmed:
+    first build's time would otherwise hold (a sweep's first variant would look slow). Returns
+    the ms it took (0: not needed, the driver already warm here or ``source`` stored, a HIT
+    compiles nothing)."""
+    info, dev = compiler.resolve(device)
+    if info.fingerprint in _warmed:
         return 0.0
-    info, dev = _worker.resolve(device)
-    store = _worker.store
+    store = compiler.store
     try:
         if store is not None and store.get(info.fingerprint,
-                                           _worker.key(source, options, info)) is not None:
+                                           compiler.key(source, options, info)) is not None:
             return 0.0
     except (ClmagicError, OSError):
         pass  # the build says what is wrong
-    _warmed.add(device)
+    _warmed.add(info.fingerprint)
     t = time.perf_counter()
     try:
         driver.from_source(context_for(info, dev)[0], [dev], WARM_UP_SOURCE, "", kernels=False)
@@ -145,7 +146,7 @@ def _build_one(label: str, options: str, device: str | None, text: str | None = 
     try:
         source: str | bytes = text if text is not None else (  # a FIFO: failed, no wait
             read_regular(label, MAX_HEADER_BYTES, follow=True)[0])
-        warm_ms = _warm_up(source, options, device)
+        warm_ms = warm_up(_worker, source, options, device)
         result = _worker.build(source, options, device, line_offset=line_offset)
     except (ClmagicError, OSError) as exc:
         return label, Outcome.FAILED, first_error(exc), warm_ms

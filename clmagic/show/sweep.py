@@ -42,7 +42,7 @@ def sweep_frame(run: SweepRun) -> pd.DataFrame:
     """One row per variant: its parameters, ``outcome``, ``build_ms``, ``error``, the timed
     kernel's facts and the launch times (µs); ``attrs``: ``best`` (the best variant's
     parameters, or ``None``), ``best_options``, ``kernel``, ``interrupted``, ``results``,
-    ``warm_up_ms`` (each worker's one-time driver setup, before its first build)."""
+    ``warm_up_ms`` (each process's one-time driver setup, before its first compile)."""
     rows = [{**v.params, "outcome": v.outcome, "build_ms": v.build_ms, "error": v.error,
              **_facts_row(v.facts), "median_us": v.median_us, "min_us": v.min_us,
              "spread_us": v.spread_us, "resumed": v.resumed, "options": v.options}
@@ -118,9 +118,9 @@ def sweep_html(df: pd.DataFrame) -> str:
         note += (f" · not reported by this driver: {', '.join(unknown)}"
                  + (" (NVIDIA gives registers and spills)" if "registers" in unknown else ""))
     warm_up = df.attrs.get("warm_up_ms") or []
-    if warm_up:  # paid once per worker, before its first build: in no variant's build time
-        note += (f" · each worker's driver set up first ({fmt_duration(max(warm_up))}, in no "
-                 "build time)")
+    if warm_up:  # paid once per process, before its first compile: in no variant's build time
+        note += (f" · the driver set up before the first build ({fmt_duration(max(warm_up))}, "
+                 "in no build time)")
     note += " · also in the DataFrame: options, resumed"
     return table_html(head, rows, note)
 

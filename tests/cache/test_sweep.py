@@ -13,7 +13,9 @@ import pyopencl as cl
 import pytest
 
 import clmagic
+from clmagic.cache import warm as warm_module
 from clmagic.cache.sweep import results_folder, sweep_run, variants, with_register_report
+from clmagic.cache.warm import warm_up
 from clmagic.errors import OptionsError
 from clmagic.show.sweep import plot_sweep, sweep_frame
 
@@ -334,7 +336,20 @@ def test_each_worker_warms_its_driver_before_its_first_build(compiler, pocl):
     assert 1 <= len(done.warm_up_ms) <= 2 and all(ms > 0 for ms in done.warm_up_ms)
     df = sweep_frame(done)
     assert df.attrs["warm_up_ms"] == done.warm_up_ms
-    assert "each worker's driver set up first" in html.unescape(df._repr_html_())
-    here = sweep_run(SRC, {"SCALE": [6], "VEC": [1]}, None, device=pocl, compiler=compiler,
-                     jobs=1)
-    assert here.warm_up_ms == []  # built in this process: no worker to warm
+    assert "the driver set up before the first build" in df._repr_html_()
+    again = sweep_run(SRC, {"SCALE": [2, 4, 5], "VEC": [1, 2]}, None, device=pocl,
+                      compiler=clmagic.Compiler(compiler.settings), jobs=2, fresh=True)
+    assert {v.outcome for v in again.variants} == {"HIT"}
+    assert again.warm_up_ms == []  # the workers found every build: nothing compiled
+    assert "set up before" not in sweep_frame(again)._repr_html_()
+
+
+def test_this_process_warms_its_driver_once_and_not_for_a_hit(compiler, pocl, monkeypatch):
+    monkeypatch.setattr(warm_module, "_warmed", set())  # as a new process
+    assert compiler.build(SRC, "-DSCALE=2 -DVEC=1", pocl).saved
+    assert warm_up(compiler, SRC, "-DSCALE=2 -DVEC=1", pocl) == 0.0  # a HIT compiles nothing
+    here = sweep_run(SRC, {"SCALE": [6, 7], "VEC": [1]}, None, device=pocl, compiler=compiler,
+                     jobs=1)  # built in this process, which warms its driver first, once
+    assert {v.outcome for v in here.variants} == {"MISS"}
+    assert len(here.warm_up_ms) == 1 and here.warm_up_ms[0] > 0
+    assert warm_up(compiler, SRC, "-DSCALE=8 -DVEC=1", pocl) == 0.0  # once per process
