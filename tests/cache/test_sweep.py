@@ -259,6 +259,23 @@ def test_a_failed_launch_is_tried_again_and_outcomes_are_this_runs(compiler, poc
     assert len(fresh.calls) == 2 and not any(v.resumed for v in fourth.variants)
 
 
+def test_a_failed_row_an_earlier_version_kept_is_timed_again(compiler, pocl):
+    """A results file written before failed launches stopped being kept (its row says "run
+    failed", no timing): the variant is launched again, not reported failed from the file."""
+    params = {"SCALE": [2], "VEC": [1]}
+    done = sweep_run(SRC, params, Launch(), device=pocl, compiler=compiler, jobs=1)
+    doc = json.loads(done.results.read_text())
+    (row,) = doc["rows"].values()
+    row.update(error="run failed: TypeError: set_args() missing 1 required positional argument",
+               median_us=None, min_us=None, spread_us=None, outcome="MISS")
+    done.results.write_text(json.dumps(doc))
+    fixed = Launch()
+    again = sweep_run(SRC, params, fixed, device=pocl, compiler=compiler, jobs=1)
+    (v,) = again.variants
+    assert len(fixed.calls) == 1 and v.error == "" and not v.resumed and v.median_us > 0
+    assert v.outcome == "MEMORY" and again.best_result is not None  # this run's outcome
+
+
 def test_the_magic_re_runs_a_fixed_launch_and_fresh_times_again(shell, pocl, capsys):
     cell = f"--device {pocl} --sweep SCALE=2,4 --sweep VEC=1 --run launch"
     shell.user_ns["launch"] = lambda r: clmagic.time_kernel(r.kernels["scaled"], r.queue, N)
