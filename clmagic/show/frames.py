@@ -183,6 +183,17 @@ def _device_cell(kind: str, rec: Any) -> Cell:
                         _text(rec.get("driver")))
 
 
+def _build_cell(kind: str, rec: Any) -> Cell:
+    """An entry's build time; a rekeyed copy whose original is listed has none of its own
+    (:func:`cache_frame` counts each build once): it says so, and whose build it is."""
+    value = rec["build_ms"]
+    original = _text(rec.get("rekeyed_from")) if kind == "cache" else ""
+    if original and (value is None or value != value):
+        return "rekeyed", (f"the binary of {short_key(original)}, reused: its build time is "
+                           "counted on that entry's row")
+    return ms_or_blank(value)
+
+
 def frame_html(df: pd.DataFrame, kind: str) -> str:
     """The readable table of a :func:`cache_frame` (``kind="cache"``), :func:`history_frame`
     (``"history"``) or :func:`kernels_frame` (``"kernels"``), or of the rows and columns a user
@@ -198,6 +209,7 @@ def frame_html(df: pd.DataFrame, kind: str) -> str:
     rows = []
     for _, rec in df.head(_MAX_ROWS).iterrows():
         rows.append([_device_cell(kind, rec) if c == "device" else
+                     _build_cell(kind, rec) if c == "build_ms" else
                      _clock(rec[c]) if (c == "time" and day) else spec[c][1](rec[c])
                      for c in names])
     hidden = [c for c in df.columns if c not in names]

@@ -22,7 +22,7 @@ from clmagic.errors import BuildError
 from clmagic.outcome import Outcome
 from clmagic.process import hook
 from clmagic.show import html_of, text_of
-from clmagic.show.frames import cache_frame, history_frame
+from clmagic.show.frames import cache_frame, frame_html, history_frame
 
 OTHER = SAXPY.replace("a * x[i]", "x[i] * a")
 
@@ -85,6 +85,8 @@ def test_a_rekeyed_copy_counts_its_build_once(compiler, pocl):
     assert built > 0 and df["build_ms"].sum() == built  # a total counts the build once
     slowest = df.sort_values("build_ms", ascending=False)["key"].head(2)
     assert list(slowest) == [first.key, copy.key]  # listed once, the copy after it
+    page = frame_html(df, "cache")  # the table says why the copy has no build time
+    assert ">rekeyed<" in page and f"the binary of {first.key[:12]}…, reused" in page
     clmagic.clear_cache(keys=[first.key[:16]], compiler=compiler)
     (alone,) = cache_frame(compiler=compiler).itertuples()
     assert alone.key == copy.key and alone.build_ms == built  # the build it still stands for
