@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from clmagic._format import count_of, end_cut, fmt_bytes, fmt_duration
-from clmagic.cache.sweep import SweepRun, sweep_run
+from clmagic.cache.sweep import SweepRun, sweep_run, variants
 from clmagic.opencl.facts import FACT_FIELDS, KernelFacts, facts_from_json
 from clmagic.process.session import or_default
 from clmagic.show.fit import Cell, Column, table_html
@@ -168,10 +168,9 @@ def sweep_with_bar(source: str, params: Mapping[str, Sequence[object]],
                    run: Callable[[BuildResult], object] | None = None, *,
                    progress: bool = True, **kwargs: Any) -> SweepRun:
     """:func:`clmagic.cache.sweep.sweep_run` with a progress bar (the magic binds the best
-    variant's kernels from the run)."""
-    n = 1
-    for values in params.values():
-        n *= max(len(values), 1)
+    variant's kernels from the run). The parameters are checked before the bar is drawn:
+    a bad value is one line, with no bar left above it."""
+    n = len(variants(params))
     with _bar(n * (2 if run is not None else 1), progress) as step:
         done = sweep_run(source, params, run, progress=step, **kwargs)
         if step is not None and not done.interrupted:  # an interrupted sweep's bar stays short

@@ -215,13 +215,14 @@ def test_the_driver_receives_each_value_exactly(compiler, pocl):
     assert len(seen) == len(values)  # nothing built for the refused sweep
 
 
-def test_the_magic_refuses_a_pasted_option_in_one_line(shell, pocl):
+def test_the_magic_refuses_a_pasted_option_in_one_line(shell, pocl, capsys):
     shell.user_ns["launch"] = lambda r: 1.0
     for line in (f'--device {pocl} --sweep "X=1 -DEVIL" --run launch',
                  f"--device {pocl} --sweep X=1,-DEVIL --run launch"):
         with pytest.raises(OptionsError) as exc:
             shell.run_cell_magic("clkernel", line, VALUE_SRC)
         assert "sweep parameter X:" in str(exc.value) and "\n" not in str(exc.value)
+        assert "sweep:" not in capsys.readouterr().err  # refused before a progress bar
     with pytest.raises(OptionsError, match="--fresh goes with --sweep"):
         shell.run_cell_magic("clkernel", f"--device {pocl} --fresh", VALUE_SRC)
 
