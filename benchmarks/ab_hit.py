@@ -35,11 +35,11 @@ def child(device: str, repeats: int) -> tuple[float, str]:
     import tempfile
 
     import pyopencl as cl
+    from corpus import pyopencl_kernels
 
     import clmagic
     from clmagic.config import Settings
     from clmagic.opencl import pyopencl_program as internals
-    from corpus import pyopencl_kernels
 
     info, dev = clmagic.resolve_device(device)
     ctx, _ = clmagic.opencl.devices.context_for(info, dev)
@@ -132,7 +132,7 @@ def write(args: argparse.Namespace, pairs: list[dict[str, float]], label: str) -
              f"pyopencl's generated programs of each one's median over {args.repeats} HITs",
              "", "| pair | base µs | this µs | this / base |", "|---|---|---|---|"]
     lines += [f"| {i + 1} | {p['base']:.1f} | {p['this']:.1f} | {r:.2f} |"
-              for i, (p, r) in enumerate(zip(pairs, ratios))]
+              for i, (p, r) in enumerate(zip(pairs, ratios, strict=True))]
     lines += ["", f"Median this / base: **{res['median_ratio']:.2f}**", ""]
     (args.out / f"ab-hit-{args.label}.md").write_text("\n".join(lines))
     print("\n".join(lines))

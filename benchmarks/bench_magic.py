@@ -162,7 +162,8 @@ def role_cells(args: argparse.Namespace) -> dict[str, list[float]]:
 
 def _run_role(role: str, args: argparse.Namespace, env: dict[str, str]) -> dict:
     cmd = [sys.executable, __file__, "--role", role, "--device", args.device or "",
-           "--repeats", str(args.repeats), "--memory", str(args.memory)] + (["--profile"] if args.profile else [])
+           "--repeats", str(args.repeats), "--memory", str(args.memory),
+           *(["--profile"] if args.profile else [])]
     p = subprocess.run(cmd, env={**os.environ, **env}, capture_output=True, text=True)
     if p.returncode != 0:
         raise SystemExit(f"role {role} failed:\n{p.stderr[-4000:]}")

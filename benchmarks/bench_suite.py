@@ -40,7 +40,8 @@ import warnings
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-DTYPES = ("float32", "int32", "float64", "int64")  # unsigned: pyopencl's a - b adds -1 * b; int16: sums wrap
+# unsigned: pyopencl's a - b adds -1 * b; int16: sums wrap
+DTYPES = ("float32", "int32", "float64", "int64")
 DRIVER_CACHE_OFF = {"POCL_KERNEL_CACHE": "0", "CUDA_CACHE_DISABLE": "1"}
 
 

@@ -37,7 +37,6 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -255,9 +254,10 @@ def manifest_read(comp: Any, info: Any, k: Any) -> float:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
+    from corpus import Kernel, pyopencl_kernels
+
     import clmagic
     from clmagic.config import Settings
-    from corpus import pyopencl_kernels, Kernel
 
     info, dev = clmagic.resolve_device(args.device)
     ctx, _ = clmagic.opencl.devices.context_for(info, dev)

@@ -26,7 +26,8 @@ sys.path.insert(0, str(HERE.parent))
 
 #: (module, class or None, attribute) of the steps timed
 STEPS = [
-    ("clmagic.process.hook", None, "_through_cache"), ("clmagic.trip.programs", None, "_from_store"),
+    ("clmagic.process.hook", None, "_through_cache"),
+    ("clmagic.trip.programs", None, "_from_store"),
     ("clmagic.trip.state", "TripState", "prepare"), ("clmagic.trip.state", "TripState", "lookup"),
     ("clmagic.store.directory.store", "DirectoryStore", "get"),
     ("clmagic.trip.state", "TripState", "load"), ("clmagic.opencl.pyopencl_program", None,

@@ -32,7 +32,8 @@ HOME.mkdir()
 atexit.register(shutil.rmtree, RUN_DIR, True)
 os.environ["HOME"] = str(HOME)
 USER_CACHE = RUN_DIR / "cache"
-for _var, _dir in (("XDG_CACHE_HOME", "cache"), ("IPYTHONDIR", "ipython"), ("JUPYTER_CONFIG_DIR", "jupyter-config"),
+for _var, _dir in (("XDG_CACHE_HOME", "cache"), ("IPYTHONDIR", "ipython"),
+                   ("JUPYTER_CONFIG_DIR", "jupyter-config"),
                    ("JUPYTER_DATA_DIR", "jupyter-data"), ("JUPYTER_RUNTIME_DIR", "jupyter-run"),
                    ("MPLCONFIGDIR", "matplotlib"), ("POCL_CACHE_DIR", "pocl"),
                    ("XDG_CONFIG_HOME", "config"), ("XDG_DATA_HOME", "data"),
@@ -66,8 +67,8 @@ __kernel void scale(const float a, __global float *y)
 
 
 def _find(platform_part: str) -> str | None:
-    """The first device of that platform that can build here (clmagic's probe: tests/opencl/test_devices.py
-    checks it against devices that cannot)."""
+    """The first device of that platform that can build here (clmagic's probe:
+    tests/opencl/test_devices.py checks it against devices that cannot)."""
     for info in clmagic.list_devices():
         if platform_part in info.platform_name.lower() and info.usable:
             return info.spec

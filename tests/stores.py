@@ -249,7 +249,6 @@ class RedisFactory(StoreFactory):
         return f"clmagic:v{FORMAT_VERSION}:{fp}:{key}"
 
     def raw(self, store: Store, fp: str, key: str) -> bytes | None:
-        import json
 
         meta, binary = self.server.client.hmget(self._name(fp, key), "meta", "binary")
         if meta is None:

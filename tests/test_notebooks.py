@@ -19,8 +19,8 @@ NOTEBOOKS = ROOT / "notebooks"
 # The HIT/MISS words under the %%clkernel cells: (fresh cache, same cache in a new kernel).
 OUTCOMES = {
     "01-getting-started.ipynb": (["MISS", "MEMORY", "MISS"], ["HIT", "MEMORY", "HIT"]),
-    # source, same, comment (same code: rekeyed), option, -O3 (= no option), -D, -D spelt apart, new -D value,
-    # header v1, header v2, another device (Oclgrind here)
+    # source, same, comment (same code: rekeyed), option, -O3 (= no option), -D, -D spelt apart,
+    # new -D value, header v1, header v2, another device (Oclgrind here)
     "02-what-is-in-the-key.ipynb": (
         ["MISS", "MEMORY", "REKEYED", "MISS", "MEMORY", "MISS", "MEMORY", "MISS", "MISS", "MISS",
          "MISS"],
@@ -265,7 +265,8 @@ def test_finding_bugs_finds_each_bug_and_passes_each_fix(twice, oclgrind):
         fixed = _check_shown(nb, "%clcheck shift_right(cl_queue, (n,), (16,), x_buf, y_buf, np")
         assert 'data-outcome="CLEAN"' in fixed and "no problems found in 64 work-items" in fixed
         racy = _check_shown(nb, "racy = %clcheck")
-        assert 'data-outcome="FOUND"' in racy and "data race on argument `part` (index 1 of 16)" in racy
+        assert 'data-outcome="FOUND"' in racy
+        assert "data race on argument `part` (index 1 of 16)" in racy
         frame = frame_rows(output_of(nb, "clmagic.check_frame(racy)"))
         assert "data race" in {row["kind"] for row in frame.values()}
         clean = _check_shown(nb, "fixed = %clcheck group_sum(")

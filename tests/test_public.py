@@ -71,7 +71,7 @@ def test_outcome_is_its_plain_word_in_every_form():
     hit = Outcome.HIT
     assert isinstance(hit, str) and hit == "HIT" and Outcome("HIT") is hit
     assert str(hit) == "HIT" and f"{hit}" == "HIT" and f"{hit:<7}|" == "HIT    |"
-    assert "%s" % hit == "HIT" and hit.value == "HIT" and type(hit.value) is str
+    assert "%s" % hit == "HIT" and hit.value == "HIT" and type(hit.value) is str  # noqa: UP031
     assert json.dumps({hit: hit}) == '{"HIT": "HIT"}'
     assert json.dumps([hit], indent=1) == '[\n "HIT"\n]'
     assert pickle.loads(pickle.dumps(hit)) is hit  # warm's worker processes send them back

@@ -30,10 +30,9 @@ import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+import pyopencl
 import pytest
 from conftest import ROOT, child_env
-
-import pyopencl
 
 VENDORED = ROOT / "tests" / "data" / "pyopencl"
 FILES = ["test_algorithm.py", "test_array.py"]

@@ -35,8 +35,9 @@ def test_a_password_in_the_remote_url_is_never_printed(url, tmp_path, pocl, caps
     settings = Settings.from_env(env)
     c = Compiler(settings)
     r = c.build(SAXPY)
-    shown = [repr(settings), str(settings.env), str(settings.describe()), repr(c.store), str(manage.cache_info(c)),
-             repr(r), r.note, str(manage.stats(c)), capsys.readouterr().err]
+    shown = [repr(settings), str(settings.env), str(settings.describe()), repr(c.store),
+             str(manage.cache_info(c)), repr(r), r.note, str(manage.stats(c)),
+             capsys.readouterr().err]
     shown += [text_of(manage.cache_info(c)), text_of(r), text_of(manage.stats(c))]  # as shown
     cli = subprocess.run([sys.executable, "-m", "clmagic", "info"], env=child_env(**env),
                          capture_output=True, text=True, timeout=120)

@@ -13,8 +13,8 @@ import clmagic
 from clmagic.cache import bundle as bundle_mod
 from clmagic.config import Settings
 from clmagic.errors import ClmagicError
-from clmagic.store import DirectoryStore, open_store
 from clmagic.show import html_of, text_of
+from clmagic.store import DirectoryStore, open_store
 
 OTHER = SAXPY.replace("a * x[i]", "x[i] * a")
 

@@ -18,9 +18,9 @@ import clmagic
 from clmagic.cache import manage
 from clmagic.config import Settings
 from clmagic.errors import CorruptEntry, OptionsError
-from clmagic.store.lifetime import EVICT
 from clmagic.store import LayeredStore, open_store
 from clmagic.store.base import FILL
+from clmagic.store.lifetime import EVICT
 
 TESTS = str(Path(__file__).parents[1])  # tests/: stores.py
 SIZE = 4096  # binary bytes of each synthetic entry

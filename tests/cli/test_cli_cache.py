@@ -208,7 +208,8 @@ def test_clear_of_an_empty_cache_does_not_ask(tmp_path):
 
 def test_prune_by_size_and_age(cache):
     # an entry's size as prune counts it: its file, its .hits and its code index (`ls --json`)
-    sizes = sorted(e["stored_bytes"] for e in json.loads(clmagic("ls", "--json", cache=cache).stdout))
+    listed = json.loads(clmagic("ls", "--json", cache=cache).stdout)
+    sizes = sorted(e["stored_bytes"] for e in listed)
     one_line_error(clmagic("prune", "--max-size", "0", cache=cache), 2, "0 means no limit")
     assert len(list(cache.rglob("*.clbin"))) == 3
     proc = clmagic("prune", "--max-size", str(sizes[-1] + 10), "--json", cache=cache)

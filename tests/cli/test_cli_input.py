@@ -181,7 +181,7 @@ def test_ls_fits_the_terminal_and_drops_columns_rather_than_wrapping(many, colum
     assert all(len(line) <= columns for line in text.splitlines()), text
     assert head.split()[:5] == ["key", "kernels", "size", "build", "ms"] and len(rows) == 8
     data = json.loads(clmagic("ls", "--json", cwd=many, cache=many).stdout)
-    for row, entry in zip(rows, data):  # same order: most recently used first
+    for row, entry in zip(rows, data, strict=True):  # same order: most recently used first
         assert row.startswith(entry["key"][:12] + "…  ")
         assert fmt_bytes(entry["stored_bytes"]) in row  # the one unit system
         assert f"{entry['build_ms']:.1f}" in row.split()  # ms to 0.1

@@ -84,7 +84,7 @@ def test_an_entrys_size_is_one_number(shell, compiler, cache_dir, filled):
     entry alike (issue 24, item 5): its file, its hit counter and its code index."""
     want = {r.key: size_of(cache_dir, r) for r in filled.values()}
     listed = clcache(shell, "")
-    assert dict(zip(listed["key"], listed["stored_bytes"])) == want
+    assert dict(zip(listed["key"], listed["stored_bytes"], strict=True)) == want
     assert {u.key: u.size for u in compiler.store.usage_list()} == want
     assert clcache(shell, "clear").bytes == sum(want.values())
 

@@ -9,7 +9,6 @@ import pyopencl as cl
 import pytest
 from conftest import SAXPY, last_json, outcome_line, run, run_child
 
-
 #: what ``%load_ext clmagic`` must not import: drawing, stores, the driver, hashing, and every
 #: clmagic module that only a cell or ``%clcache`` needs
 HEAVY = ("pandas", "ipywidgets", "matplotlib", "tqdm", "sqlite3", "_sqlite3", "redis", "pyopencl",
@@ -30,7 +29,7 @@ def test_load_ext_imports_only_what_registering_the_magics_needs(store, tmp_path
     what it runs, and works."""
     where = store if store.startswith("redis") else str(tmp_path / store)
     proc = run_child(
-        "import json, sys\n"
+        "import json, sys\n"  # noqa: UP031 (%: the script's own braces stay as they are)
         "from IPython.core.interactiveshell import InteractiveShell\n"
         "ip = InteractiveShell.instance()\n"
         "before = set(sys.modules)\n"

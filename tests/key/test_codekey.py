@@ -15,8 +15,8 @@ import pyopencl as cl
 import pytest
 
 from clmagic.key.code import _TOKEN, code_form, header_refusal, option_refusal
-from clmagic.opencl.devices import DeviceInfo
 from clmagic.key.digest import cache_key, code_key
+from clmagic.opencl.devices import DeviceInfo
 
 DEV = DeviceInfo(0, 0, "Some platform", "dev", "driver 1", "OpenCL C 1.2", "OpenCL 3.0", "CPU",
                  "f" * 16)
@@ -193,7 +193,8 @@ def test_comments_and_literals_with_refused_words_are_fine():
 
 @pytest.mark.parametrize("options,why", [
     ("-g", "debug"), ("-O2 -g", "debug"), ("-gline-tables-only", "debug"),
-    ("-nv-line-info", "debug"), ("-lineinfo", "debug"), ("-Werror", "Werror"), ("-Werror=misleading-indentation", "Werror"),
+    ("-nv-line-info", "debug"), ("-lineinfo", "debug"), ("-Werror", "Werror"),
+    ("-Werror=misleading-indentation", "Werror"),
     ("-cl-std=CLC++", "C++"), ("-cl-std=clc++2021", "C++"), ("-DS(x)=#x", "#"),
     ("-DL=__LINE__", "position"),
 ])
@@ -417,8 +418,9 @@ KERNELS = {
     "if0": ("#if 0\nold version: y[i] = 0;\n#endif\n#define N 4\n__kernel void k(__global float *y)"
             "\n{\n  int i = get_global_id(0);\n  int j = i; j++; j += + +j;\n"
             "  y[i] = (float)(j % N) + (float)i / N;\n}\n"),
-    "loop": ("__kernel void k(__global float *y)\n{\n  int i = get_global_id(0);\n  float acc = 0;\n"
-             "#pragma unroll 2\n  for (int j = 0; j < i; j++) acc += j * 0.25f;\n  y[i] = acc;\n}\n"),
+    "loop": ("__kernel void k(__global float *y)\n{\n  int i = get_global_id(0);\n"
+             "  float acc = 0;\n#pragma unroll 2\n"
+             "  for (int j = 0; j < i; j++) acc += j * 0.25f;\n  y[i] = acc;\n}\n"),
 }
 
 

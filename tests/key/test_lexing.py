@@ -47,7 +47,7 @@ def _bits(hazards: list[str], values: list[int] | None = None, line: bool = True
     which bits are set says which lines the compiler read as code; ``a[1]`` is a line number
     (with ``line``; else 0: a source with ``__LINE__`` has no code key)."""
     values = values or [1 << i for i in range(len(hazards))]
-    lines = "".join(f"    // c{h} a[0] |= {v};\n" for h, v in zip(hazards, values))
+    lines = "".join(f"    // c{h} a[0] |= {v};\n" for h, v in zip(hazards, values, strict=True))
     return HEAD + lines + (TAIL if line else "    a[1] = 0;\n}\n")
 
 

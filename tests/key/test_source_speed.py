@@ -47,7 +47,8 @@ def old_normalise(source: str) -> str:
         lines = source[:-1].split("\n")
         out = [line.rstrip(" \t") for line in lines]
         if "\\" in source or "??/" in source:
-            out = [line if cut.endswith(_SPLICES) else cut for line, cut in zip(lines, out)]
+            out = [line if cut.endswith(_SPLICES) else cut
+                   for line, cut in zip(lines, out, strict=True)]
         return "\n".join(out) + "\n"
     return _old_cut_some_lines(source)
 

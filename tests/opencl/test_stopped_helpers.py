@@ -84,7 +84,8 @@ def test_a_readout_helper_that_never_answers_from_its_start_is_given_up(mode, tm
 import clmagic
 from clmagic.opencl import readout
 c = clmagic.Compiler()
-saved = [c.build(f"#define N{n}\\n" + os.environ["SRC"]).saved for n in range(readout.MAX_FAILURES + 1)]
+saved = [c.build(f"#define N{n}\\n" + os.environ["SRC"]).saved
+         for n in range(readout.MAX_FAILURES + 1)]
 print(json.dumps(dict(saved=saved, helper=readout.helper_pid())))
 ''', tmp_path, SRC=SAXPY, CLMAGIC_CACHE_DIR=str(tmp_path / "cache"), CLMAGIC_DEVICE=pocl,
         CLMAGIC_READOUT_HELPER="1", CLMAGIC_TEST_HANG=mode,

@@ -14,10 +14,10 @@ import pytest
 from conftest import ROOT, SAXPY, child_env, last_json, run_child
 
 import clmagic
-from clmagic.process import hook
 from clmagic.cache.manage import entry_origin
 from clmagic.key.source import normalise_source
 from clmagic.outcome import Outcome
+from clmagic.process import hook
 
 WORKLOAD = ROOT / "benchmarks" / "hook_workload.py"
 ORIGINAL_BUILD = cl.Program.__dict__["build"]

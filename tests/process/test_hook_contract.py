@@ -13,7 +13,6 @@ with it and the same cache (HIT). Every sequence must see the same in the three.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import tempfile

@@ -136,17 +136,17 @@ def test_the_published_line_is_what_display_of_the_result_shows(shell, compiler,
                                                                   pocl, outcome):
     """The magic publishes the line itself, made once (no formatter asked): the same text and
     HTML as ``display(result)`` makes through IPython's formatters."""
-    from clmagic.trip.compiler import Compiler
     from clmagic.show.line import result_bundle
+    from clmagic.trip.compiler import Compiler
 
     source = WARNS if outcome == "warning" else SHOWN
     r = compiler.build(source, "-O2", pocl, line_offset=1, use_cache=outcome != "BYPASS")
     if outcome in ("HIT", "MEMORY"):
-        r.settled  # the save done
+        assert r.settled  # the save done
         again = compiler if outcome == "MEMORY" else Compiler(settings)
         r = again.build(source, "-O2", pocl, line_offset=1)
     assert r.outcome == ("MISS" if outcome == "warning" else outcome)
-    r.settled  # "saving" → "saved" between two renderings otherwise
+    assert r.settled  # "saving" → "saved" between two renderings otherwise
     assert shell.display_formatter.format(r) == (result_bundle(r), {})
 
 
@@ -184,7 +184,8 @@ def test_every_view_names_a_class_defined_where_it_says():
         renderers = {where: importlib.import_module(f"clmagic.show.{where}")}
         cls = getattr(importlib.import_module(module), name)
         assert isinstance(cls, type) and (cls.__module__, cls.__name__) == (module, name)
-        assert callable(getattr(renderers[where], text)) and callable(getattr(renderers[where], page))
+        renderer = renderers[where]
+        assert callable(getattr(renderer, text)) and callable(getattr(renderer, page))
 
 
 def test_every_report_shows_its_view_through_the_shells_formatters(shell, compiler, tmp_path):
@@ -196,7 +197,7 @@ def test_every_report_shows_its_view_through_the_shells_formatters(shell, compil
     from clmagic.show import html_of, text_of
 
     built = compiler.build(SAXPY)
-    built.settled
+    assert built.settled
     reports = [built, stats(compiler), cache_info(compiler),
                export_bundle(tmp_path / "b.db", store=compiler.store),
                import_bundle(tmp_path / "b.db", store=compiler.store),

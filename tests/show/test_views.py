@@ -15,8 +15,8 @@ import clmagic
 from clmagic.config import Settings
 from clmagic.entry_file import HEADER
 from clmagic.errors import CorruptEntry
-from clmagic.show.frames import CACHE_COLUMNS, HISTORY_COLUMNS
 from clmagic.show import html_of, text_of
+from clmagic.show.frames import CACHE_COLUMNS, HISTORY_COLUMNS
 
 OTHER = "__kernel void twice(__global float *y) { y[get_global_id(0)] *= 2.0f; }\n"
 
@@ -94,7 +94,6 @@ def test_cache_frame_columns_dtypes_and_values(compiler, cache_dir, pocl, oclgri
     for r, src, kernels, hits in ((a, SAXPY, "saxpy, scale", 1), (b, OTHER, "twice", 0),
                                   (c, OTHER, "twice", 0)):
         row = rows.loc[r.key]
-        path = _entry_path(cache_dir, r)
         assert row["kernels"] == kernels
         assert row["options"] == r.options.effective
         assert row["device"] == r.device.device_name

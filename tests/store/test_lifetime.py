@@ -170,7 +170,8 @@ def test_counts_written_later_are_one_flush_and_never_lost(tmp_path):
     assert Counters(tmp_path / "stats").lifetime()[(FP, "HIT")] == [5, 10.0]
     c.add(FP, "HIT", later=asked.append)  # a new batch asks again; our own reader flushes
     assert len(asked) == 2 and c.lifetime()[(FP, "HIT")] == [6, 10.0]
-    code = ("import sys\nfrom clmagic.store.lifetime import Counters\nfrom clmagic.trip.background import Saver\n"
+    code = ("import sys\nfrom clmagic.store.lifetime import Counters\n"
+            "from clmagic.trip.background import Saver\n"
             "s = Saver()\nc = Counters(sys.argv[1])\n"
             "for _ in range(50):\n    c.add('0123456789abcdef', 'HIT', later=lambda job: "
             "s.submit(None, job))\n")

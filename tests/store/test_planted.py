@@ -18,13 +18,12 @@ import pytest
 from stores import FP, synthetic
 from test_faults import SRC, check
 
-from clmagic import Compiler, ClmagicError
+from clmagic import ClmagicError, Compiler
 from clmagic.cache.bundle import export_bundle, import_bundle
-from clmagic.config import Settings
-from clmagic.entry import FORMAT_VERSION
-from clmagic.entry import Entry
-from clmagic.show.frames import cache_frame
 from clmagic.cache.manage import select_entries
+from clmagic.config import Settings
+from clmagic.entry import FORMAT_VERSION, Entry
+from clmagic.show.frames import cache_frame
 from clmagic.store import DirectoryStore, open_store
 from clmagic.store.directory.files import STALE_TMP_S, TMP
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import shutil
 import socket
 import struct
@@ -26,7 +25,7 @@ from clmagic import Compiler
 from clmagic.config import Settings
 from clmagic.key.includes import Unkeyable, find_headers
 from clmagic.store._fs import NotAFile, TooLarge, read_regular
-from clmagic.store.lifetime import MAX_NUMBER, SLOT, Counters
+from clmagic.store.lifetime import MAX_NUMBER, Counters
 
 HOST = "".join(c if c.isalnum() or c == "-" else "_" for c in socket.gethostname() or "host")[:40]
 

@@ -20,15 +20,15 @@ from stores import FP, FP2, synthetic
 from stores import forged as _forged
 from test_faults import SRC, check
 
-from clmagic._secret import Secret
 from clmagic import ClmagicError, Compiler
+from clmagic._secret import Secret
 from clmagic.cache.bundle import export_bundle, import_bundle
+from clmagic.cache.manage import clear_cache
 from clmagic.config import Settings
 from clmagic.entry import FORMAT_VERSION, Entry, seal
 from clmagic.entry_file import HEADER, MAGIC
-from clmagic.cache.manage import clear_cache
-from clmagic.store import LayeredStore, open_store
 from clmagic.show import html_of, text_of
+from clmagic.store import LayeredStore, open_store
 
 
 def _layered(tmp_path, redis_server) -> Compiler:

@@ -12,6 +12,7 @@ from stores import FP, FP2, synthetic
 from clmagic.entry import Entry
 from clmagic.errors import CorruptEntry
 
+
 def test_put_get_roundtrip_and_absent(store_factory, tmp_path):
     store, _ = store_factory(tmp_path)
     e = synthetic(1)

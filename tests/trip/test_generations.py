@@ -12,8 +12,8 @@ from IPython.utils.capture import capture_output
 import clmagic
 from clmagic import Compiler, Outcome, Settings
 from clmagic.process import session as _session
-from clmagic.store import DirectoryStore
 from clmagic.show import text_of
+from clmagic.store import DirectoryStore
 
 BROKEN = "__kernel void broken(__global int *a) { a[0] = undefined_name; }\n"
 

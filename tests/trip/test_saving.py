@@ -1,6 +1,6 @@
-"""A MISS's binary readout and save run in the background (clmagic/trip/background.py): nothing is lost
-(the save completes before the same key is looked up again, before the store is read, before a
-normal exit), a dying process leaves no half-written entry, the GIL-free readout gives the
+"""A MISS's binary readout and save run in the background (clmagic/trip/background.py): nothing
+is lost (the save completes before the same key is looked up again, before the store is read,
+before a normal exit), a dying process leaves no half-written entry, the GIL-free readout gives the
 driver's own binary, and the source fast path normalises exactly as the split does."""
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ import pyopencl as cl
 from conftest import SAXPY, child_env, last_json, run_child
 
 import clmagic
+from clmagic.key.source import _cut_some_lines, _strip_every_line, normalise_source
 from clmagic.opencl import driver
 from clmagic.outcome import Outcome
-from clmagic.trip.background import Saver, wait_everywhere
-from clmagic.key.source import _cut_some_lines, _strip_every_line, normalise_source
 from clmagic.store import DirectoryStore
+from clmagic.trip.background import Saver, wait_everywhere
 
 
 def _entries(cache_dir) -> list[str]:
