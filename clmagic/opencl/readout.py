@@ -17,6 +17,13 @@ it redoes, :mod:`clmagic.opencl.patience`), more only while it is seen working, 
 helpers the process reads in-process only. A forked child does not use (nor kill, nor write
 to) its parent's helper: it starts its own if it needs one.
 
+Two helpers at most: one at the process's priority, for the readouts someone may wait for (a
+cell's ``saved``), and one under ``SCHED_IDLE`` (:func:`clmagic._launch.launch`), for the
+readouts of the pyopencl hook's builds, which nobody waits for while the process runs: that one
+takes only CPU time no one else wants, so it never competes with the user's workload. An idle
+job the machine leaves no time for (the bound passes, its helper is not seen working), or one
+still running when the process ends (:func:`hurry`), is done again by the other helper.
+
 ``python -m clmagic.opencl.readout``: the helper (jobs on stdin, binaries on stdout), started by
 :func:`clmagic._launch.launch` (nothing in the user's folder or environment is imported by it).
 """
@@ -34,7 +41,7 @@ from clmagic import _launch
 from clmagic._fork import after_fork, disown
 from clmagic.opencl.patience import bound_s, wait_while_working
 
-__all__ = ["needs_helper", "read_out", "helper_pid", "TIMEOUT_S", "MAX_FAILURES"]
+__all__ = ["needs_helper", "read_out", "helper_pid", "hurry", "TIMEOUT_S", "MAX_FAILURES"]
 
 #: the longest one readout may take in the helper (its build included), however busy it is
 TIMEOUT_S = 120.0
@@ -43,7 +50,9 @@ MAX_FAILURES = 2
 
 _lock = threading.Lock()
 _helper: subprocess.Popen[bytes] | None = None
+_idle: subprocess.Popen[bytes] | None = None  # the idle helper (see the module's text)
 _failures = 0
+_hurried = False  # the process is ending: nothing more for the idle helper
 
 
 def needs_helper(platform_name: str) -> bool:
@@ -60,12 +69,64 @@ def helper_pid() -> int | None:
     return helper.pid if helper is not None and helper.poll() is None else None
 
 
-def read_out(fingerprint: str, source: str, options: str,
-             build_ms: float = 0.0, cwd: str | None = None) -> bytes | None:
+def read_out(fingerprint: str, source: str, options: str, build_ms: float = 0.0,
+             cwd: str | None = None, idle: bool = False) -> bytes | None:
     """The binary of ``source`` built with ``options`` for the device ``fingerprint``, by the
     helper process, in the folder ``cwd`` (``None``: wherever it is); ``None`` when it cannot
     say (the caller then reads it in-process). ``build_ms``: what the build took here, which
-    sets how long the helper gets."""
+    sets how long the helper gets. ``idle``: by the idle helper where it can (see the module's
+    text)."""
+    if idle and not _hurried:
+        payload = json.dumps([fingerprint, source, options, cwd]).encode()
+        answered, reply = _idle_exchange(payload, bound_s(build_ms))
+        if answered:
+            return reply[1:] if reply is not None and reply[:1] == b"+" else None
+    return _read_out(fingerprint, source, options, build_ms, cwd)
+
+
+def _idle_exchange(payload: bytes, bound: float) -> tuple[bool, bytes | None]:
+    """One job for the idle helper (started on first use): (answered, reply); not answered when
+    it could not start or was given no time (it is then stopped, and the job is the other's)."""
+    global _idle
+    with _lock:
+        try:
+            if _idle is None or _idle.poll() is not None:
+                _idle = _launch.launch("clmagic.opencl.readout", idle=True,
+                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                       stderr=subprocess.DEVNULL)
+            helper = _idle
+        except OSError:
+            return False, None
+    answered, reply = _exchange(helper, payload, bound)
+    if not answered:
+        _kill(helper)
+        with _lock:
+            if _idle is helper:
+                _idle = None
+    return answered, reply
+
+
+def hurry() -> None:
+    """The process is ending: the idle helper is stopped (a job it was doing goes to the other
+    helper) and takes no more."""
+    global _hurried, _idle
+    _hurried = True
+    helper, _idle = _idle, None
+    if helper is not None:
+        _kill(helper)
+
+
+def _kill(helper: subprocess.Popen[bytes]) -> None:
+    try:
+        helper.kill()
+        helper.wait(5)
+    except (OSError, subprocess.TimeoutExpired):
+        pass
+
+
+def _read_out(fingerprint: str, source: str, options: str, build_ms: float,
+              cwd: str | None) -> bytes | None:
+    """:func:`read_out` by the helper at the process's priority."""
     global _helper, _failures
     with _lock:  # one job at a time: the saver thread is the only caller anyway
         if _failures >= MAX_FAILURES:
@@ -115,11 +176,7 @@ def _stop() -> None:
     """Kill the helper (stopped or not: SIGKILL ends both) and reap it, for a bounded time."""
     global _helper
     if _helper is not None:
-        try:
-            _helper.kill()
-            _helper.wait(5)
-        except (OSError, subprocess.TimeoutExpired):
-            pass
+        _kill(_helper)
         _helper = None
 
 
@@ -127,21 +184,29 @@ def _after_fork() -> None:
     """A forked child: the parent's helper is the parent's. Its pipes are closed here (so that
     it sees the end of its jobs when the parent ends, not when the child does), without a flush
     (what the parent had buffered is the parent's), and the objects disowned."""
-    global _helper, _lock, _failures
-    _lock, _failures = threading.Lock(), 0
-    if _helper is not None:
-        for pipe in (_helper.stdin, _helper.stdout):
+    global _helper, _idle, _lock, _failures, _hurried
+    _lock, _failures, _hurried = threading.Lock(), 0, False
+    for helper in (_helper, _idle):
+        if helper is None:
+            continue
+        for pipe in (helper.stdin, helper.stdout):
             raw = getattr(pipe, "raw", None)
             try:
                 if raw is not None:
                     raw.close()
             except OSError:
                 pass
-        disown(_helper)
-        _helper = None
+        disown(helper)
+    _helper = _idle = None
 
 
-atexit.register(lambda: _stop() if _helper is not None else None)
+def _at_exit() -> None:
+    hurry()
+    if _helper is not None:
+        _stop()
+
+
+atexit.register(_at_exit)
 after_fork(_after_fork)
 
 

@@ -205,7 +205,7 @@ def _saved(state: TripState, trip: Trip, built: driver.Built, outcome: Outcome,
     for i, rec in enumerate(recs):
         if i not in have and not found[i].underway:  # counted by the save, once it ends
             p = save_later(state, rec, kept[i], built.program, trip.devs[i], why,
-                           trip.preps[i].files, hold=not trip.caller)
+                           trip.preps[i].files, hold=not trip.caller, text=trip.text)
             pending = pending or p
         else:
             state.count(rec)

@@ -21,21 +21,24 @@ __all__ = ["save", "save_later", "by_helper", "not_saved", "device_tag"]
 
 def save(state: TripState, rec: Record, program: cl.Program | None, dev: cl.Device,
          binary: bytes | None = None, helper: bool = False,
-         files: Headers | None = None) -> tuple[bool, str]:
+         files: Headers | None = None, text: str | None = None) -> tuple[bool, str]:
     """Store the entry of ``rec``, with ``binary`` (read out already) or the binary ``program``
     holds for ``dev``; returns (saved, note). ``helper``: a helper process reads it out
     (:func:`by_helper`), in the folder the include search of ``files`` ran from, and nothing is
     saved unless that search still finds what the key covered; a helper that fails leaves the
     readout to this thread (on a background thread that is beside the user's calls, the rare
     case :func:`save_later` otherwise avoids) where ``program`` is given (a cell's: clmagic's
-    own), and the save is dropped otherwise (a caller's program is not held for it)."""
+    own), and the save is dropped otherwise (a caller's program is not held for it). ``text``:
+    what the user's build compiled, when not the record's source (the hook's caller's text as
+    given): the helper builds that very text, which the driver's own cache then knows."""
     store = state.store
     if store is None:
         return False, "cache off (memory only)"
     if binary is None and helper and rec.source:
         found = files.found_with if files is not None and not files.static else None
         cwd = found[2] if found is not None else None
-        binary = readout.read_out(rec.fingerprint, rec.source, rec.options, rec.build_ms, cwd)
+        binary = readout.read_out(rec.fingerprint, text or rec.source, rec.options,
+                                  rec.build_ms, cwd, idle=program is None)  # nobody waits
         changed = (headers_changed(files, "the binary's readout")
                    if binary is not None and files is not None else "")
         if changed:  # the helper may have read other headers than the user's build
@@ -70,13 +73,15 @@ def not_saved(store: Store) -> str:
 
 def save_later(state: TripState, rec: Record, kept: Record | None, program: cl.Program,
                dev: cl.Device, why: str = "", files: Headers | None = None, *,
-               hold: bool = True, binary: bytes | None = None) -> Pending[Record]:
+               hold: bool = True, binary: bytes | None = None,
+               text: str | bytes | None = None) -> Pending[Record]:
     """Read out and save the binary of ``rec``'s build on the saver's thread; the history's
     record (``kept``) then says how it ended, and so does the returned :class:`Pending`.
     ``files``: the headers the key covered (a full preparation's), which a helper may read.
     ``binary``: read out already. ``hold=False``: the job holds no reference to ``program`` (a
     caller's: it is freed when the caller lets go of it, as without clmagic), so a helper that
-    fails drops the save instead of reading the program out here.
+    fails drops the save instead of reading the program out here. ``text``: what the build
+    compiled, where not the record's source (see :func:`save`).
 
     Where no helper process reads the binary out (:func:`by_helper`), this thread does, before
     the build returns: a readout on a background thread meets the user's own calls on the same
@@ -96,13 +101,14 @@ def save_later(state: TripState, rec: Record, kept: Record | None, program: cl.P
             failed = exc
 
     held = program if hold and helper else None  # for a helper that fails: a cell's only
+    given = text.decode("utf-8") if isinstance(text, bytes) else text
 
     def job() -> None:
         saved, note = False, "not saved"
         try:
             if failed is not None:
                 raise failed
-            saved, note = save(state, rec, held, dev, binary, helper, files)
+            saved, note = save(state, rec, held, dev, binary, helper, files, given)
             note = f"{why} · {note}" if why else note
         except Exception as exc:  # whatever went wrong, the build stands and nobody hangs
             note = f"not saved ({exc})"
