@@ -180,7 +180,7 @@ def to_clear(device: object = None, older_than: str | float | None = None,
              keys: Iterable[str] = (), compiler: Compiler | None = None, *,
              remote: bool = False, origin: str | None = None) -> Removed:
     """What :func:`clear_cache` with the same arguments would remove, counted and not removed:
-    so a question can say it ("remove 5 entries (267.7 KB)?") and an empty cache need not be
+    so a question can say it ("remove 5 entries (267.7 KiB)?") and an empty cache need not be
     asked about. The same store is chosen (a shared one refused without ``remote``)."""
     c = or_default(compiler)
     if c.store is None:

@@ -89,7 +89,7 @@ class CacheWidget(w.VBox):  # type: ignore[misc]  # ipywidgets ships no types: V
     several), ``table`` (SelectMultiple of the device's entries of that origin, values are keys;
     "Clear all" clears those), ``facts`` (the selected entries' kernel facts), ``refresh_button``,
     ``clear_selected_button``, ``clear_all_button`` (asks for a second, confirming click),
-    ``status`` (entries, MB, hit rate,
+    ``status`` (entries, bytes in KiB or MiB, hit rate,
     time saved), ``message`` (what the last action did), ``errors``, ``plot`` (the session's
     trips on the shown device, of the chosen origin: the status line's scope), ``empty`` (what
     an empty table says in its place).
