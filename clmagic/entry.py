@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import xxhash
 
+from clmagic._valid import load_json, number, whole
 from clmagic.errors import CorruptEntry
 
 if TYPE_CHECKING:
@@ -243,40 +244,14 @@ class Entry:
             "untrusted": untrusted}), binary=bytes(binary))
 
 
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
-class _NotFinite(ValueError): ...
-
-
-def _finite(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value):  # 1e999
-        raise _NotFinite(text[:20])
-    return value
-
-
-#: one decoder and one encoder for every entry (``json.loads``/``dumps`` with arguments would
-#: make one per call): no NaN or infinity is read
-_JSON = json.JSONDecoder(parse_constant=_no_constant, parse_float=_finite)
+#: one encoder for every entry (``json.dumps`` with arguments would make one per call)
 _CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=True)
 _Cut = Callable[[EntryMeta], bytes]  # the stored bytes of metadata as canonical's (check_meta)
 
 
 def parse_json(raw: bytes | str, cut: _Cut | None = None) -> EntryMeta:
     """Metadata from its JSON text (an entry file's, a Redis hash's ``meta``), checked."""
-    if len(raw) > MAX_META:
-        raise CorruptEntry(f"metadata of {len(raw)} bytes is over the {MAX_META} limit")
-    try:
-        meta = _JSON.decode(raw if isinstance(raw, str) else raw.decode("utf-8"))
-    except _NotFinite:
-        raise CorruptEntry("metadata holds NaN or infinity") from None
-    except (UnicodeDecodeError, ValueError, TypeError) as exc:
-        raise CorruptEntry(f"metadata is not valid JSON: {exc}") from None
-    except RecursionError:
-        raise CorruptEntry("metadata is nested too deeply") from None
-    return check_meta(meta, bounded=True, cut=cut)
+    return check_meta(load_json(raw, "metadata", MAX_META), bounded=True, cut=cut)
 
 
 def _bound(meta: dict[str, Any]) -> None:
@@ -320,7 +295,9 @@ def check_meta(meta: Any, bounded: bool = False, cut: _Cut | None = None) -> Ent
             if not all(isinstance(k, str) for k in value):
                 raise CorruptEntry(f"metadata field {name!r} holds a non-string")
             value = tuple(value)
-        typed[name] = float(value) if is_float else value
+        if is_float or isinstance(value, int):  # in range: never an OverflowError later
+            value = (number if is_float else whole)(value, f"metadata field {name!r}")
+        typed[name] = value
     if not bounded:
         _bound(meta)
     other = {k: v for k, v in meta.items() if k not in _NAMES}

@@ -35,7 +35,7 @@ LAYERS: list[tuple[str, ...]] = [
 ROOT_MODULES = ("__main__", "kernel_tuner")
 #: the ground floor: single modules beside the folders, each importing only others of these
 GROUND = ("entry", "entry_file", "config", "errors", "outcome", "_format", "_warn", "_memo",
-          "_version", "_secret", "_fork", "_launch")
+          "_version", "_secret", "_fork", "_launch", "_valid")
 
 #: the layers that hold data, devices, stores and the cache's own work: they draw nothing
 DATA_LAYERS = ("cache", "process", "trip", "key", "opencl", "store", "ground")

@@ -33,8 +33,10 @@ from pathlib import Path
 
 import xxhash
 
+from clmagic._valid import MAX_WHOLE, Fields, load_json, whole
 from clmagic._version import __version__
 from clmagic._warn import warn_once
+from clmagic.errors import CorruptEntry
 from clmagic.key.stamps import Probe
 from clmagic.store._fs import open_file, read_regular, write_private
 
@@ -125,8 +127,8 @@ class Manifest:
         if line is None or _checksum(name, line[2 * _NAME:]) != line[_NAME:2 * _NAME]:
             return None
         try:
-            return _decode(json.loads(line[2 * _NAME:]))
-        except (ValueError, TypeError, KeyError, IndexError):
+            return _decode(line[2 * _NAME:])
+        except CorruptEntry:
             return None
 
     def add(self, name: bytes, rem: Remembered) -> None:
@@ -239,24 +241,26 @@ def _encode(rem: Remembered) -> dict[str, object]:
             "c": rem.cwd, "o": rem.options, "v": rem.preview, "b": rem.size}
 
 
-def _decode(d: dict[str, object]) -> Remembered:
-    """A :class:`Remembered` from its JSON, every field's type checked (``TypeError``)."""
-    key, names, probes, cwd, options = d["k"], d["h"], d["p"], d["c"], d["o"]
-    view, size = d["v"], d["b"]
-    if not (isinstance(key, str) and isinstance(names, list) and isinstance(probes, list)
-            and isinstance(cwd, str) and isinstance(options, str) and isinstance(view, str)
-            and type(size) is int and size >= 0 and all(isinstance(n, str) for n in names)):
-        raise TypeError("a field of the wrong type")
-    return Remembered(key, d["n"] is True, tuple(names), d["s"] is True,
-                      dict(_probe(item) for item in probes), cwd, options, view, size)
+def _decode(raw: bytes) -> Remembered:
+    """A :class:`Remembered` from its JSON line, every field read through the contract's
+    :class:`~clmagic._valid.Fields` (:class:`~clmagic.errors.CorruptEntry` for anything else)."""
+    d = Fields(load_json(raw, "a manifest line"), "a manifest line")
+    probes = d.doc.get("p")
+    if not isinstance(probes, list):
+        raise CorruptEntry("a manifest line's probes are not a list")
+    return Remembered(d.text("k"), d.doc.get("n") is True, d.texts("h"), d.doc.get("s") is True,
+                      dict(_probe(item) for item in probes), d.text("c"), d.text("o"),
+                      d.text("v"), d.whole("b"))
 
 
 def _probe(item: object) -> tuple[str, Probe]:
     if not (isinstance(item, list) and len(item) == 2 and isinstance(item[0], str)):
-        raise TypeError("not a probe")
+        raise CorruptEntry("a manifest line holds something that is not a probe")
     path, found = item
     if found is None or isinstance(found, str):
         return path, found
-    if isinstance(found, list) and len(found) == 5 and all(type(v) is int for v in found):
-        return path, (found[0], found[1], found[2], found[3], found[4])
-    raise TypeError("not a probe")
+    if isinstance(found, list) and len(found) == 5:
+        # device, inode (unsigned 64-bit), size, times in ns (before 1970: negative)
+        a, b, c, d, e = (whole(v, "a probe's stamp", -MAX_WHOLE, 1 << 64) for v in found)
+        return path, (a, b, c, d, e)
+    raise CorruptEntry("a manifest line holds something that is not a probe")

@@ -18,13 +18,14 @@ Each query stands alone (one that fails leaves its figure ``None``); nothing is 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any, TypeVar
 
 import pyopencl as cl
 
+from clmagic._valid import load_json, whole
+from clmagic.errors import CorruptEntry
 from clmagic.opencl.ptxas import PtxasUsage, parse_ptxas
 
 __all__ = ["ArgFacts", "KernelFacts", "gather", "facts_to_json", "facts_from_json",
@@ -84,7 +85,12 @@ def _ask(query: Callable[[], _T]) -> _T | None:
 
 
 def _int(value: object) -> int | None:
-    return int(value) if isinstance(value, int) and not isinstance(value, bool) else None
+    """A figure as the contract reads a count (a whole number from 0 to 2**63 - 1: a driver's
+    or a stored one), ``None`` for anything else."""
+    try:
+        return whole(value, "a kernel fact") if not isinstance(value, str | bytes) else None
+    except CorruptEntry:
+        return None
 
 
 def _arg(kernel: cl.Kernel, i: int) -> ArgFacts:
@@ -175,9 +181,9 @@ def facts_from_json(raw: object) -> dict[str, KernelFacts] | None:
     is the JSON text an entry keeps, or the object it holds (entries saved before)."""
     if isinstance(raw, str):
         try:
-            raw = json.loads(raw)
-        except ValueError:
+            raw = load_json(raw, "kernel facts")
+        except CorruptEntry:
             return None
     if not isinstance(raw, Mapping):
         return None
-    return {str(n): _one(str(n), d) for n, d in raw.items() if isinstance(d, Mapping)}
+    return {n: _one(n, d) for n, d in raw.items() if isinstance(n, str) and isinstance(d, Mapping)}

@@ -35,6 +35,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from clmagic._fork import after_fork
+from clmagic._valid import pid_of
 from clmagic._warn import warn_once
 from clmagic.store._fs import create_new, read_regular, write_private
 
@@ -292,14 +293,15 @@ class Counters:
                 continue
             path = self.folder / name
             if name.endswith(_CLAIM):  # a claimer died between its claim and its fold
-                owner = name[: -len(_CLAIM)].rsplit(".", 1)[-1]
-                if owner.isdigit() and not _alive(int(owner)) and _regular(path):
+                owner = pid_of(name[: -len(_CLAIM)].rsplit(".", 1)[-1])
+                if owner is not None and not _alive(owner) and _regular(path):
                     claims.append(path)
                 continue
             parts = name[len(host):].split(".")
-            if not (name.endswith(_SUFFIX) and len(parts) == 3 and parts[0].isdigit()):
+            pid = pid_of(parts[0]) if len(parts) == 3 else None
+            if not name.endswith(_SUFFIX) or pid is None:
                 continue
-            if int(parts[0]) == os.getpid() or _alive(int(parts[0])) or not _regular(path):
+            if pid == os.getpid() or _alive(pid) or not _regular(path):
                 continue  # a live process's, or planted (a FIFO is never claimed nor read)
             claim = self.folder / f"{name}.{os.getpid()}{_CLAIM}"
             try:

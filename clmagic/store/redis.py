@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar
 
+from clmagic._valid import count_or, spelled_number
 from clmagic._warn import warn_once
 from clmagic.config import REDIS_SCHEMES, redact
 from clmagic.entry import FORMAT_VERSION, Entry, Usage, parse_json, verified
@@ -321,14 +322,13 @@ def _code_of(raw: bytes) -> str:
 
 
 def _int(value: Any) -> int:
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return 0
+    """A usage count of the hash (hits, size): ``0`` where damaged (the contract's reader)."""
+    return count_or(value)
 
 
 def _float(value: Any) -> float | None:
+    """A usage time of the hash: ``None`` where damaged (the contract's reader)."""
     try:
-        return float(value)
-    except (TypeError, ValueError):
+        return spelled_number(value, "a Redis usage field")
+    except CorruptEntry:
         return None

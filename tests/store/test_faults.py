@@ -13,6 +13,7 @@ import os
 import struct
 import subprocess
 import sys
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -69,6 +70,15 @@ def _flip(b: bytes, i: int) -> bytes:
     return b[:i] + bytes([b[i] ^ 0xFF]) + b[i + 1:]
 
 
+def _huge(b: bytes) -> bytes:
+    """The metadata's ``created`` made a 401-digit integer, its CRC right (the parse decides)."""
+    magic, version, meta_len, _crc, _reserved, bin_len = HEADER.unpack_from(b)
+    meta = json.loads(b[HEADER.size:HEADER.size + meta_len])
+    raw = json.dumps({**meta, "created": 10 ** 400}).encode()
+    return (HEADER.pack(magic, version, len(raw), zlib.crc32(raw), 0, bin_len) + raw
+            + b[HEADER.size + meta_len:])
+
+
 @dataclass(frozen=True)
 class Fault:
     id: str
@@ -98,6 +108,10 @@ FAULTS = [
           damage=lambda b: b"NOTCLMAG" + b[8:]),
     Fault("newer-version", "a newer format version", Outcome.CORRUPT, REPAIRED, ENTRY,
           damage=lambda b: b[:8] + struct.pack("<I", FORMAT_VERSION + 1) + b[12:]),
+    Fault("huge-number", "a 401-digit integer as `created` in the metadata, its CRC right (any "
+          "malformed stored value: the validators' contract, fuzzed in `test_fuzz_*.py`)",
+          Outcome.CORRUPT, REPAIRED + "; never an OverflowError; `clmagic ls` says it is "
+          "damaged in one line", ENTRY, damage=_huge),
     Fault("directory", "a directory where the file should be", Outcome.CORRUPT,
           REPAIRED + "; the directory is removed", ENTRY, plant=True),
     Fault("leftover-temp", "a temp file left by a writer killed mid-write (no entry)",
@@ -189,6 +203,22 @@ FAULTS = [
           "(`POCL_EXTRA_BUILD_FLAGS`)", "MISS / BYPASS", "in the key; changed within a session: "
           "bypassed (POCL keeps the first value it read)",
           W + "test_driver_flags_from_the_environment_are_keyed"),
+    Fault("driver-read-first", "`POCL_EXTRA_BUILD_FLAGS` read by POCL before clmagic looked "
+          "(a plain pyopencl build, clmagic's probe), then changed, unset or set", "BYPASS",
+          "the driver's build, not saved; one line `not cached: POCL_EXTRA_BUILD_FLAGS changed "
+          "after the driver read it …`; a new process computes the new value",
+          "test_driver_env.py::test_the_issues_example"),
+    Fault("pocl-cache-off-loads", "`POCL_KERNEL_CACHE=0` and one stored binary loaded by "
+          "several processes (eviction rewriting entries, the readout helper's binary)", "HIT",
+          "each load gets a POCL build folder of its own: no release removes another's "
+          "(POCL aborted \"Final linking of kernel k failed\")",
+          "test_evict_crash.py::test_readers_of_one_entry_with_pocls_cache_off_do_not_abort"),
+    Fault("removed-cwd", "the working folder removed (`os.rmdir` of the current folder)",
+          "MISS / HIT", "builds, keyed as a folder with no files; a header from it: the "
+          "driver's error", "test_removed_folder.py::test_the_magic_in_a_removed_folder"),
+    Fault("mimicked-facts", "`#warning` / `#pragma message` lines in ptxas's format", "—",
+          "no kernel facts from them: ptxas lines only on NVIDIA, from the line's start, never "
+          "a quoted source line", "test_ptxas.py::test_warnings_that_mimic_ptxas_say_nothing"),
     Fault("header-during-build", "a header edited, or created in an earlier search folder, "
           "while the driver builds", "MISS", "not saved, in memory or in the store; the note "
           "names the header; the next build compiles the new contents",

@@ -17,6 +17,8 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
+from clmagic._valid import pid_of
+from clmagic._warn import warn_once
 from clmagic.entry import MAX_BINARY, MAX_META, Entry, EntryMeta, OtherFormat, Usage
 from clmagic.entry_file import HEADER, read_meta
 from clmagic.errors import CorruptEntry
@@ -57,11 +59,13 @@ def sweep_tmp(folder: Path, names: Iterable[str], prefix: str = "", everything: 
         tmp = folder / name
         if not everything:
             try:
-                pid = int(name.rsplit(TMP, 1)[1].split(".", 1)[0])
+                pid = pid_of(name.rsplit(TMP, 1)[1].split(".", 1)[0])
                 age = time.time() - tmp.lstat().st_mtime
-            except (ValueError, OSError, IndexError):
+            except OSError:
                 continue
-            if pid > 0 and _alive(pid) and age < STALE_TMP_S:
+            if pid is None:  # not a name a writer of ours spells (the contract's reader)
+                continue
+            if _alive(pid) and age < STALE_TMP_S:
                 continue  # a writer at work (this process's other threads, or another one)
         try:
             tmp.unlink()
@@ -71,18 +75,24 @@ def sweep_tmp(folder: Path, names: Iterable[str], prefix: str = "", everything: 
     return count
 
 
-def read_entry_meta(path: str) -> tuple[EntryMeta | None, int]:
+def read_entry_meta(path: str, listing: bool = False) -> tuple[EntryMeta | None, int]:
     """Header and metadata of one entry file (one read, two for big metadata) and the file's
     size; ``(None, 0)`` when it cannot be read, fails its checks or is of another format (not
     listed: an older clmagic's entry is no entry of this one, though eviction still counts and
-    removes it, from the sizes alone)."""
+    removes it, from the sizes alone). ``listing``: a damaged one is said, once, in one line
+    (a listing that only left it out would read as an empty cache)."""
     try:  # a FIFO or a folder is skipped (its lookup says what it is)
         fd, st = open_file(path)
     except OSError:
         return None, 0
     try:
         return read_meta(fd), st.st_size
-    except (OSError, CorruptEntry, OtherFormat):
+    except CorruptEntry as exc:
+        if listing:
+            warn_once(f"cache entry {os.path.basename(path)[:12]} is damaged ({exc}): not listed; "
+                      "its next build replaces it")
+        return None, 0
+    except (OSError, OtherFormat):
         return None, 0
     finally:
         os.close(fd)

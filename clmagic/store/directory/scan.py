@@ -62,7 +62,7 @@ def list_entries(root: Path, fingerprint: str | None, kind: str,
             key = name[: -len(SUFFIX)]
             if not (name.endswith(SUFFIX) and is_hex(key, 64)):
                 continue
-            meta, size = read_entry_meta(os.path.join(folder, name))
+            meta, size = read_entry_meta(os.path.join(folder, name), listing=True)
             if meta is None or meta.key != key or meta.fingerprint != fp:
                 continue  # unreadable, damaged or filed under another name
             usage = (usage_beside(Path(folder, name), size, kind) if key + HITS_SUFFIX in names

@@ -8,7 +8,17 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-from clmagic.entry import FORMAT_VERSION, SQL_FIELDS, Entry, EntryMeta, Usage, check_meta
+from clmagic._valid import count_or, load_json
+from clmagic.entry import (
+    FORMAT_VERSION,
+    MAX_META,
+    SQL_FIELDS,
+    Entry,
+    EntryMeta,
+    Usage,
+    check_meta,
+)
+from clmagic.errors import CorruptEntry
 from clmagic.store._fs import check_regular
 
 __all__ = ["SCHEMA", "SCHEMA_VERSION", "BUSY_TIMEOUT_MS", "SchemaTooNew", "connect",
@@ -194,24 +204,22 @@ def create_schema(conn: sqlite3.Connection) -> None:
 
 def row_meta(row: tuple[Any, ...]) -> EntryMeta:
     """Checked metadata from a row that starts with the entry columns; raises
-    :class:`~clmagic.errors.CorruptEntry`, or ``ValueError``/``TypeError`` for unreadable
-    JSON columns."""
-    fingerprint, key, kernels = row[0], row[1], row[2]
-    try:
-        extra, kernels = json.loads(row[len(_ENTRY_COLS) - 1]), json.loads(kernels)
-    except RecursionError:  # nested deeper than the parser's stack: damaged or hostile
-        raise ValueError("metadata nested too deeply") from None
+    :class:`~clmagic.errors.CorruptEntry` (the contract's readers: :mod:`clmagic._valid`)."""
+    fingerprint, key = row[0], row[1]
+    extra = load_json(row[len(_ENTRY_COLS) - 1], "the extra column", MAX_META)
+    kernels = load_json(row[2], "the kernels column", MAX_META)
     if not isinstance(extra, dict):
-        raise ValueError("extra is not a JSON object")
+        raise CorruptEntry("the extra column is not a JSON object")
     meta = dict(extra, key=key, fingerprint=fingerprint, kernels=kernels)
     meta.update(zip(SQL_FIELDS, row[3 : 3 + len(SQL_FIELDS)], strict=True))
     return check_meta(meta)
 
 
 def row_usage(row: tuple[Any, ...], store: str) -> Usage:
-    """The usage columns of a ``SQL_GET`` / ``SQL_LIST`` row."""
-    return Usage(hits=int(row[_HITS]), last_used=row[_HITS + 1],
-                 stored_bytes=int(row[_HITS + 2]), store=store)
+    """The usage columns of a ``SQL_GET`` / ``SQL_LIST`` row (a damaged count is 0, a damaged
+    time unknown: usage is kept beside the entry)."""
+    return Usage(hits=count_or(row[_HITS]), last_used=row[_HITS + 1],
+                 stored_bytes=count_or(row[_HITS + 2]), store=store)
 
 
 def row_size(row: tuple[Any, ...]) -> int:

@@ -25,9 +25,10 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from clmagic._valid import count_or
 from clmagic._warn import warn_once
 from clmagic.config import SQLITE_SUFFIXES as SUFFIXES
-from clmagic.entry import FORMAT_VERSION, Entry, verified
+from clmagic.entry import FORMAT_VERSION, Entry, sane_time, verified
 from clmagic.errors import CorruptEntry
 from clmagic.store._fs import private_file, private_folder, refusal
 from clmagic.store.base import Use, valid_name
@@ -187,7 +188,7 @@ class SQLiteStore(SQLiteFile):
     def usage_list(self) -> list[Use]:
         """Every entry's last use and size, from the columns (no metadata parsed), of this
         format and the older ones (so that an older clmagic's entries age out)."""
-        return [Use(float(last or 0.0), int(size or 0), fp, key, (form, created))
+        return [Use(sane_time(last) or 0.0, count_or(size), fp, key, (form, created))
                 for fp, key, size, last, created, form in self._select(SQL_USES, None)]
 
     def remove_uses(self, victims: list[Use]) -> list[Use]:
