@@ -203,22 +203,24 @@ def _choices(inv: Iterable[tuple[DeviceInfo, cl.Device]]) -> str:
 
 
 # -- one context and one queue per device -------------------------------------------------------
+# Kept by the device itself, not by its fingerprint: twin devices (``POCL_DEVICES="pthread
+# pthread"``) share a fingerprint, and so their cache entries, but each has its own context.
 
-_contexts: dict[str, tuple[cl.Context, cl.CommandQueue]] = {}
+_contexts: dict[cl.Device, tuple[cl.Context, cl.CommandQueue]] = {}
 _contexts_lock = threading.Lock()
 
 
 def context_for(info: DeviceInfo, device: cl.Device) -> tuple[cl.Context, cl.CommandQueue]:
     """The context and queue clmagic keeps for this device (made on first use, once even when
     threads ask at the same time)."""
-    pair = _contexts.get(info.fingerprint)
+    pair = _contexts.get(device)
     if pair is None:
         with _contexts_lock:
-            pair = _contexts.get(info.fingerprint)
+            pair = _contexts.get(device)
             if pair is None:
                 ctx = cl.Context([device])
                 pair = (ctx, cl.CommandQueue(ctx))
-                _contexts[info.fingerprint] = pair
+                _contexts[device] = pair
     return pair
 
 
@@ -230,15 +232,16 @@ def adopt_context(ctx: cl.Context, queue: cl.CommandQueue | None = None) -> Devi
     devices = ctx.devices
     if len(devices) != 1:
         return None
-    info = identity(devices[0])
-    current = _contexts.get(info.fingerprint)
+    device = devices[0]
+    info = identity(device)
+    current = _contexts.get(device)
     if current is not None and current[0] == ctx:
         if queue is not None and queue.context == ctx and current[1] != queue:
-            _contexts[info.fingerprint] = (ctx, queue)
+            _contexts[device] = (ctx, queue)
         return info
     if queue is None or queue.context != ctx:
         queue = cl.CommandQueue(ctx)
-    _contexts[info.fingerprint] = (ctx, queue)
+    _contexts[device] = (ctx, queue)
     return info
 
 

@@ -178,17 +178,16 @@ def _adoption(program: cl.Program) -> _Adopted | None:
 
 #: the program infos :func:`info_of` may answer, and the ``Program`` properties that read them
 INFOS = {"source": cl.program_info.SOURCE, "devices": cl.program_info.DEVICES,
-         "num_devices": cl.program_info.NUM_DEVICES,
-         "binary_sizes": cl.program_info.BINARY_SIZES, "binaries": cl.program_info.BINARIES}
+         "num_devices": cl.program_info.NUM_DEVICES}
 #: :func:`info_of`'s answer when the driver's own is the right one
 ASK_DRIVER = object()
 
 
 def info_of(program: cl.Program, param: Any) -> object:
     """``get_info(param)`` of a program the hook loaded from binaries where pyopencl would have
-    built it from source in its context: the source as given, every device of the context,
-    and binaries (sizes) for the devices built, empty for the others, in the context's order;
-    :data:`ASK_DRIVER` for any other program or info."""
+    built it from source in its context: the source as given and every device of the context
+    (their number too); :data:`ASK_DRIVER` for any other program or info (the binaries and
+    their sizes are the driver's: it lists those of the devices built, as for pyopencl's)."""
     held = _adopted.get(id(program)) if _adopted else None
     if held is None or held.made is None or held.program() is not program:
         return ASK_DRIVER
@@ -199,13 +198,7 @@ def info_of(program: cl.Program, param: Any) -> object:
         return list(made.devices)
     if param == cl.program_info.NUM_DEVICES:
         return len(made.devices)
-    if param in (cl.program_info.BINARY_SIZES, cl.program_info.BINARIES):
-        raw = raw_of(program)
-        have = dict(zip(raw.get_info(cl.program_info.DEVICES), raw.get_info(param),
-                        strict=True))
-        empty: object = 0 if param == cl.program_info.BINARY_SIZES else b""
-        return [have.get(d, empty) for d in made.devices]
-    return ASK_DRIVER
+    return ASK_DRIVER  # its binaries: the driver's (POCL lists the devices built only)
 
 
 def log_of(program: cl.Program, param: Any) -> str | None:
