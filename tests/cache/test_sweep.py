@@ -311,6 +311,11 @@ def test_a_first_sweep_counts_no_hits_and_a_second_counts_each_once(settings, po
     assert session.hit_rate == 0
     assert lifetime["HIT"] == 0 and lifetime["MISS"] == 4 and lifetime.saved_ms == 0
     assert entry_hits == 0
+    # the cache panel reads the same as stats() (and %clcache stats, which is stats()): no
+    # hit, nothing saved, in this session and in the lifetime
+    status = clmagic.CacheWidget(first, plot=False).status.value
+    assert "session on it: hit rate <b>0%</b>, <b>0 ms</b> saved" in status
+    assert "lifetime on" in status and "rate <b>0%</b>, <b>0 ms</b> saved" in status
 
     # the same sweep in a new process, its kept timings ignored: its workers find every
     # build in the store; each is one HIT, in the session, the lifetime and the entries
