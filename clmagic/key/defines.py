@@ -37,12 +37,16 @@ def is_macro_name(name: str) -> bool:
 def define_value(name: object, value: object) -> str:
     """The text of ``value`` in ``-DNAME=value``, or :class:`OptionsError`, one line naming
     the bad value, when the driver would not receive exactly that: a string of the grammar
-    above, an ``int``, or a finite ``float`` (as Python writes it: ``0.001``, ``1e-05``). A
-    ``bool`` is refused (``True`` would be a C identifier, not 1), as is any other object."""
+    above, an ``int`` of 64 bits, or a finite ``float`` (as Python writes it: ``0.001``,
+    ``1e-05``). A ``bool`` is refused (``True`` would be a C identifier, not 1), as is any
+    other object."""
     where = f"sweep parameter {name}"
     if isinstance(value, bool) or type(value).__name__ in ("bool_", "bool"):
         raise OptionsError(f"{where}: {value!r} is a bool; give 1 or 0 (C has no True/False)")
     if isinstance(value, numbers.Integral):
+        if not -(1 << 63) <= int(value) < (1 << 64):  # (and no 5000-digit str() to raise)
+            raise OptionsError(f"{where}: {end_cut(hex(int(value)), 24)} is beyond a 64-bit "
+                               "integer (what C's long and ulong hold)")
         return str(int(value))
     if isinstance(value, numbers.Real) and not isinstance(value, numbers.Rational):
         if not math.isfinite(float(value)):

@@ -157,6 +157,8 @@ def test_registers_asked_of_nvidia_only():
     ("X", b"1", "is not a value"),
     ("X", float("nan"), "not a finite number"),
     ("X", float("inf"), "not a finite number"),
+    pytest.param("X", 10**5000, "beyond a 64-bit integer", id="int-of-5000-digits"),
+    ("X", -(1 << 63) - 1, "beyond a 64-bit integer"),
     ("X=1", 1, "not a macro name"),
     ("-DX", 1, "not a macro name"),
     ("1X", 1, "not a macro name"),
@@ -174,10 +176,11 @@ def test_a_value_that_is_not_one_define_is_refused_in_one_line(name, value, says
 
 def test_values_are_passed_as_written():
     vs = variants({"X": [1, -2, 1e-3, 1e-5, np.int64(7), np.float32(0.5), "0.5f", "(2*T)",
-                         "-1.5", "a<b?a:b", "float4", "0x1F"]})
+                         "-1.5", "a<b?a:b", "float4", "0x1F", (1 << 64) - 1]})
     assert [v.options for v in vs] == [
         "-DX=1", "-DX=-2", "-DX=0.001", "-DX=1e-05", "-DX=7", "-DX=0.5", "-DX=0.5f",
-        "-DX=(2*T)", "-DX=-1.5", "-DX=a<b?a:b", "-DX=float4", "-DX=0x1F"]
+        "-DX=(2*T)", "-DX=-1.5", "-DX=a<b?a:b", "-DX=float4", "-DX=0x1F",
+        "-DX=18446744073709551615"]
     assert vs[2].label == "X=0.001"  # the label is what the driver gets
     with pytest.raises(OptionsError, match="given twice"):
         variants({"X": [1, "1"]})  # one define, two variants
