@@ -11,12 +11,15 @@ import json
 import numpy as np
 import pyopencl as cl
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import clmagic
 from clmagic.cache import warm as warm_module
 from clmagic.cache.sweep import results_folder, sweep_run, variants, with_register_report
 from clmagic.cache.warm import warm_up
 from clmagic.errors import OptionsError
+from clmagic.key.options import parse_options
 from clmagic.show.sweep import plot_sweep, sweep_frame
 
 SRC = """\
@@ -186,6 +189,21 @@ def test_values_are_passed_as_written():
         variants({"X": [1, "1"]})  # one define, two variants
     with pytest.raises(OptionsError, match="list of values"):
         variants({"X": []})
+
+
+@given(st.one_of(st.text(), st.integers(), st.floats(), st.booleans(), st.none(),
+                 st.text(alphabet="0123456789abcXYZ_.+-*/()<>=!? \t\n'\"\\#;,")))
+def test_any_value_is_one_define_or_one_line(value):
+    """Whatever a value holds: refused in one line, or the driver receives exactly one option
+    ``-DX=<its text>`` (the options as clmagic splits them, as the driver does)."""
+    try:
+        variant, = variants({"X": [value]}, "-O2")
+    except OptionsError as exc:
+        assert "\n" not in str(exc) and str(exc).startswith("sweep parameter X: ")
+        return
+    text = variant.options.removeprefix("-O2 -DX=")
+    assert parse_options(variant.options).tokens == ("-DX=" + text,)  # (-O2 is mapped away)
+    assert variant.label == f"X={text}" and text == str(value) and text.strip() == text
 
 
 VALUE_SRC = """\
