@@ -4,8 +4,15 @@
 # Mako), the silx/pyFAI corpus unpacked in .corpus/ (benchmarks/corpus.py extract_cl), results
 # in $OUT.
 #
-#   benchmarks/gpu_run.sh hook on off suite facts profile split tune ab  (steps in order; suite-on, suite-off: one side; MAX_REAL_ON/OFF,
-#   REPEATS_ON/OFF/HOOK/SUITE/PROFILE/TUNE, TESTS_SUITE, WIDTH_TUNE, LABEL_TUNE)
+#   benchmarks/gpu_run.sh real hook on off suite facts profile split tune ab  (steps in order;
+#   real-on, real-off, suite-on, suite-off: one side; FILES_REAL, REPEATS_REAL, COUNT_REAL=1,
+#   LABEL_REAL, MAX_REAL_ON/OFF, REPEATS_ON/OFF/HOOK/SUITE/PROFILE/TUNE, TESTS_SUITE,
+#   WIDTH_TUNE, LABEL_TUNE, AB_BASE, PAIRS_AB)
+#
+# real, tune and ab run in a venv from the cp312 wheels carried in .gpu-wheels/ (pyopencl and
+# its pure-Python needs, blake3, Mako, Kernel Tuner's) with numpy, pandas, xxhash and pytest
+# from the host's python3 (on the lent H100 they live in /opt/torch/.venv, which a venv made
+# with --system-site-packages does not see: a .pth line names their folders).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # the OpenCL ICD loader pointed at NVIDIA's library (as ../shared/tools/nvidia-opencl-env.sh)
@@ -19,9 +26,20 @@ for lib in /usr/lib/libnvidia-opencl.so.1 /usr/lib/libnvidia-opencl.so \
 done
 OUT=${OUT:-/tmp/gpu-out}
 mkdir -p "$OUT"
-# the venv from .whl/ for every step but `tune` (which makes its own from .gpu-wheels/)
+# the venv from .whl/ for the older steps; real, tune and ab use the one from .gpu-wheels/
 steps_need_whl=false
-for step in "$@"; do [ "$step" = tune ] || steps_need_whl=true; done
+for step in "$@"; do
+  case $step in real|real-on|real-off|tune|ab) ;; *) steps_need_whl=true ;; esac
+done
+WPY=/tmp/tune-venv/bin/python
+wheel_venv() {
+  [ -x $WPY ] && $WPY -c 'import pyopencl, numpy, pytest' 2>/dev/null && return 0
+  python3 -m venv --system-site-packages /tmp/tune-venv
+  /tmp/tune-venv/bin/pip install -q --no-index --no-deps .gpu-wheels/*.whl
+  for m in numpy pandas xxhash pytest; do
+    python3 -c "import $m, os; print(os.path.dirname(os.path.dirname($m.__file__)))"
+  done | sort -u > "$($WPY -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/host-packages.pth"
+}
 if $steps_need_whl && ! /tmp/gpu-venv/bin/python -c 'import numpy, pyopencl, IPython, mako' 2>/dev/null; then
   python3 -m venv --system-site-packages /tmp/gpu-venv
   /tmp/gpu-venv/bin/pip install -q --no-index --find-links .whl numpy pyopencl mako ipython \
@@ -62,21 +80,23 @@ for step in "$@"; do
              $PY benchmarks/profile_suite.py --device nvidia --release $release 2>&1 | cut -c1-300
            done > "$OUT/profile-suite-nvidia-h200.txt"
            unset CLMAGIC_CACHE_DIR ;;
-    tune) # Kernel Tuner's re-tune: its wheels carried in .gpu-wheels/ (no scipy, scikit-learn
-          # or pymoo: the brute force needs none), numpy, pandas and xxhash from the host's
-          # python3 (on the lent H100 they live in /opt/torch/.venv, which a venv made with
-          # --system-site-packages does not see: a .pth line names their folder)
-          python3 -m venv --system-site-packages /tmp/tune-venv
-          /tmp/tune-venv/bin/pip install -q --no-index --no-deps .gpu-wheels/*.whl
-          for m in numpy pandas xxhash; do
-            python3 -c "import $m, os; print(os.path.dirname(os.path.dirname($m.__file__)))"
-          done | sort -u > "$(/tmp/tune-venv/bin/python -c \
-            'import sysconfig; print(sysconfig.get_paths()["purelib"])')/host-packages.pth"
-          /tmp/tune-venv/bin/python benchmarks/bench_tune.py --device nvidia --driver-cache both \
+    real|real-on|real-off)  # pyopencl's own test files, plain against clmagic run
+      wheel_venv
+      for cache in on off; do
+        [ "$step" = real ] || [ "$step" = "real-$cache" ] || continue
+        # shellcheck disable=SC2086
+        $WPY benchmarks/bench_pyopencl_suite.py --device nvidia --driver-cache $cache \
+          --files ${FILES_REAL:-test_array.py test_algorithm.py} --repeats "${REPEATS_REAL:-1}" \
+          ${COUNT_REAL:+--count} --label "${LABEL_REAL:-nvidia}-$cache" --out "$OUT"
+      done ;;
+    tune) # Kernel Tuner's re-tune (no scipy, scikit-learn or pymoo: the brute force needs none)
+          wheel_venv
+          $WPY benchmarks/bench_tune.py --device nvidia --driver-cache both \
             --width "${WIDTH_TUNE:-512}" --repeats "${REPEATS_TUNE:-5}" \
             --label "${LABEL_TUNE:-nvidia-h100}" --out "$OUT" ;;
-    ab) $PY benchmarks/ab_hit.py --device nvidia --base "${AB_BASE:-.ab-base}" \
+    ab) wheel_venv
+        $WPY benchmarks/ab_hit.py --device nvidia --base "${AB_BASE:-.ab-base}" \
            --pairs "${PAIRS_AB:-8}" --label nvidia-h200 --out "$OUT" ;;  # AB_BASE: git archive
-    *) echo "gpu_run.sh: unknown step $step (on, off, hook, suite, suite-on, suite-off, facts, profile, split, tune, ab)" >&2; exit 2 ;;
+    *) echo "gpu_run.sh: unknown step $step (real, real-on, real-off, on, off, hook, suite, suite-on, suite-off, facts, profile, split, tune, ab)" >&2; exit 2 ;;
   esac
 done
