@@ -120,7 +120,7 @@ def _from_entries(state: TripState, trip: Trip, have: dict[int, _Have],
     rekeyed = [i for i in have if have[i].code]
     if rekeyed:
         original = have[rekeyed[0]].entry
-        built = dataclasses.replace(built, log_from=original.meta.rekeyed_from or original.key)
+        built = dataclasses.replace(built, log_from=_origin(original))
     if not trip.caller:
         state.keep(trip.memo, built)
     if trip.elsewhere is not None and not rekeyed:
@@ -134,7 +134,8 @@ def _from_entries(state: TripState, trip: Trip, have: dict[int, _Have],
             outcomes.append(Outcome.HIT)
             saved.append(False)
             continue
-        rec = _record(state, trip, i, Outcome.REKEYED, built, code_key=have[i].code)
+        rec = _record(state, trip, i, Outcome.REKEYED, built, code_key=have[i].code,
+                      rekeyed_from=_origin(entry))
         ok = state.store is not None and state.store.put(rec.entry(entry.binary or b""))
         note = rekey.rekeyed_note(entry)
         if not ok and state.store is not None:
@@ -144,7 +145,13 @@ def _from_entries(state: TripState, trip: Trip, have: dict[int, _Have],
         saved.append(ok)
     outcome = Outcome.REKEYED if rekeyed else Outcome.HIT
     return _close(state, trip, outcome, built, notes, outcomes, saved,
-                  codes={i: have[i].code for i in rekeyed})
+                  codes={i: have[i].code for i in rekeyed},
+                  origins={i: _origin(have[i].entry) for i in rekeyed})
+
+
+def _origin(entry: Entry) -> str:
+    """The key of the build whose binary and log a rekeyed copy of ``entry`` carries."""
+    return entry.meta.rekeyed_from or entry.key
 
 
 def _theirs(state: TripState, trip: Trip, built: driver.Built) -> Travelled:
@@ -241,23 +248,26 @@ def _bypass(state: TripState, trip: Trip) -> Travelled:
 
 def _record(state: TripState, trip: Trip, i: int, outcome: Outcome, built: driver.Built, *,
             note: str = "", saved: bool = False, code_key: str | None = None,
-            with_source: bool | None = None, log: str | None = None) -> Record:
+            with_source: bool | None = None, log: str | None = None,
+            rekeyed_from: str | None = None) -> Record:
     """Device ``i``'s record of the trip: a caller's keeps its source at level ``full`` only
-    (or when it is saved: the entry is made from it)."""
+    (or when it is saved: the entry is made from it). ``rekeyed_from``: the original build of
+    this device's binary, where not the program's first device's."""
     keep = (not trip.caller or state.history.keep_source) if with_source is None else with_source
-    return state.record(trip.infos[i], trip.preps[i], trip.t0, outcome, built, saved=saved,
-                        note=note, origin=trip.origin, code_key=code_key, log=log,
-                        line_offset=trip.line_offset, setup_ms=trip.setup_ms,
-                        with_source=keep)
+    rec = state.record(trip.infos[i], trip.preps[i], trip.t0, outcome, built, saved=saved,
+                       note=note, origin=trip.origin, code_key=code_key, log=log,
+                       line_offset=trip.line_offset, setup_ms=trip.setup_ms, with_source=keep)
+    return rec if rekeyed_from is None else dataclasses.replace(rec, rekeyed_from=rekeyed_from)
 
 
 def _close(state: TripState, trip: Trip, outcome: Outcome, built: driver.Built,
            notes: Sequence[str], outcomes: Sequence[Outcome] | None = None,
-           saved: Sequence[bool] | None = None, codes: dict[int, str] | None = None
-           ) -> Travelled:
+           saved: Sequence[bool] | None = None, codes: dict[int, str] | None = None,
+           origins: dict[int, str] | None = None) -> Travelled:
     """A trip that saves nothing in the background: its records kept and counted."""
     recs = [_record(state, trip, i, outcomes[i] if outcomes else outcome, built, note=note,
-                    saved=bool(saved and saved[i]), code_key=(codes or {}).get(i))
+                    saved=bool(saved and saved[i]), code_key=(codes or {}).get(i),
+                    rekeyed_from=(origins or {}).get(i))
             for i, note in enumerate(notes)]
     state.keep_records(recs)
     for rec in recs:
