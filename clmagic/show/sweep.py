@@ -157,7 +157,9 @@ def sweep(source: str, params: Mapping[str, Sequence[object]],
     µs), and return the DataFrame (:func:`sweep_frame`); ``df.attrs["best_options"]`` are the
     best variant's options (``clmagic.build(source, df.attrs["best_options"])`` is then a
     memory hit with its kernels). A re-run is all HITs and times only what a stopped sweep had
-    not (see :mod:`clmagic.cache.sweep`)."""
+    not, or what failed (a failed launch is never kept: fix ``run`` and run again);
+    ``fresh=True`` times every variant again (see :mod:`clmagic.cache.sweep`). Each value is
+    one define value (:func:`clmagic.key.defines.define_value`), else one line says why."""
     done = sweep_with_bar(source, params, run, options=options, device=device, kernel=kernel,
                           jobs=jobs, compiler=compiler, label=label, fresh=fresh,
                           progress=progress)
