@@ -32,6 +32,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import math
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -307,13 +308,17 @@ def _time(v: Variant, result: BuildResult, run: Callable[[BuildResult], object])
         v.error = f"run failed: {type(exc).__name__}: {exc}".splitlines()[0]
         return
     if isinstance(got, Timing):
-        v.median_us, v.min_us, v.spread_us = got.median_us, got.min_us, got.spread_us
+        times = (got.median_us, got.min_us, got.spread_us)
     elif isinstance(got, int | float) and not isinstance(got, bool):
-        v.median_us = v.min_us = float(got)
-        v.spread_us = 0.0
+        times = (float(got), float(got), 0.0)
     else:
         v.error = (f"run returned {type(got).__name__}: return clmagic.time_kernel(...) or "
                    "a time in µs")
+        return
+    if not all(math.isfinite(t) for t in times):  # nothing to compare, nothing to keep
+        v.error = f"run returned {got!r}: not a time (a finite number of µs)"
+        return
+    v.median_us, v.min_us, v.spread_us = times
 
 
 def _restore(v: Variant, row: dict[str, Any]) -> bool:

@@ -298,6 +298,15 @@ def test_a_failed_row_an_earlier_version_kept_is_timed_again(compiler, pocl):
     assert v.outcome == "MEMORY" and again.best_result is not None  # this run's outcome
 
 
+@pytest.mark.parametrize("got", [float("nan"), float("inf"), "fast", None, True])
+def test_a_launch_that_returns_no_time_is_a_failed_launch(compiler, pocl, got):
+    done = sweep_run(SRC, {"SCALE": [2], "VEC": [1]}, lambda r: got, device=pocl,
+                     compiler=compiler, jobs=1)
+    (v,) = done.variants
+    assert v.error.startswith("run returned") and v.median_us is None and done.best is None
+    assert not done.results.exists()  # nothing kept: the next run launches it again
+
+
 def test_the_magic_re_runs_a_fixed_launch_and_fresh_times_again(shell, pocl, capsys):
     cell = f"--device {pocl} --sweep SCALE=2,4 --sweep VEC=1 --run launch"
     shell.user_ns["launch"] = lambda r: clmagic.time_kernel(r.kernels["scaled"], r.queue, N)
