@@ -84,7 +84,7 @@ def _origin_lines(s: Stats) -> list[str]:
 def _limit(s: Stats, total: int | None = None) -> str:
     used = s.bytes if total is None else total
     if s.origin is not None and total is None:  # the limit is the whole store's
-        return f"the entries {s.origin} built"
+        return f"only {s.origin}'s entries"
     if not s.max_size:
         return "no size limit"
     return f"limit {fmt_bytes(s.max_size)} ({used / s.max_size:.0%} used)"
