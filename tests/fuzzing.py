@@ -21,8 +21,13 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, settings
-from hypothesis import strategies as st
+from conftest import RUN_DIR
+
+# hypothesis keeps its caches (unicode tables, constants) in the run's folder, not the checkout
+os.environ.setdefault("HYPOTHESIS_STORAGE_DIRECTORY", str(RUN_DIR / "hypothesis"))
+
+from hypothesis import HealthCheck, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
 
 __all__ = ["FUZZ", "tried", "TRIED", "json_values", "json_texts", "hostile_bytes", "fuzz_report",
            "deep", "mutations", "holds"]
