@@ -20,7 +20,6 @@ the cache key covers the format version, so this clmagic would never look them u
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import sqlite3
 import time
@@ -32,6 +31,7 @@ from typing import Any
 
 from clmagic._format import device_label
 from clmagic._secret import Secret
+from clmagic._valid import load_json
 from clmagic._version import __version__
 from clmagic.cache.proof import prove_entries
 from clmagic.entry import FORMAT_VERSION, MAX_BINARY, MAX_META, Entry
@@ -208,11 +208,10 @@ def import_bundle(path: str | os.PathLike[str], *, store: Store | None = None,
     try:
         _check_format(source, bundle, report)
         for name, value in source.manifest(limit=100):
-            if isinstance(value, str) and len(value) <= MAX_META:
-                try:
-                    report.manifest[str(name)] = json.loads(value)
-                except (ValueError, RecursionError):
-                    pass
+            try:  # the contract's reader: a row it refuses is left out of the report
+                report.manifest[str(name)] = load_json(value, "a manifest row", MAX_META)
+            except CorruptEntry:
+                pass
         rows = source.sizes(limit=MAX_ENTRIES + 1)
         _Import(target, report, _devices_here(), progress, len(rows), jobs).rows(source, rows)
     except sqlite3.Error as exc:

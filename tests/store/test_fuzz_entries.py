@@ -150,3 +150,38 @@ def test_redis_hashes(redis_server, redis_store, fields):
     assert got is None or isinstance(got, Entry)
     listed = holds("Redis hash (listing)", lambda: list(store.entries()))
     assert listed is not None and all(isinstance(e, Entry) for e in listed)
+
+
+# -- a bundle's manifest rows -------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def empty_bundle(tmp_path_factory):
+    """A bundle of no entries (its import reads the manifest rows and nothing to vet)."""
+    import clmagic
+
+    folder = tmp_path_factory.mktemp("bundle")
+    clmagic.export_bundle(folder / "b.clbundle", store=clmagic.open_store(str(folder / "from")))
+    return folder
+
+
+_ROW_VALUES = (st.text(max_size=60) | st.binary(max_size=60) | json_texts
+               | st.integers(-(2 ** 63), 2 ** 63 - 1) | st.floats(allow_nan=False))
+
+
+@FUZZ
+@given(st.lists(st.tuples(st.text(max_size=12) | st.integers(-(2 ** 63), 2 ** 63 - 1),
+                          _ROW_VALUES), min_size=1, max_size=4))
+def test_bundle_manifest_rows(empty_bundle, rows):
+    """A bundle whose manifest rows hold anything: the import reports them or leaves them out."""
+    import clmagic
+    from clmagic.cache.bundle import ImportReport
+    from clmagic.errors import ClmagicError
+
+    path = empty_bundle / "b.clbundle"
+    with sqlite3.connect(path) as conn:
+        conn.execute("DELETE FROM manifest WHERE name NOT IN ('format', 'schema')")
+        conn.executemany("INSERT OR REPLACE INTO manifest (name, value) VALUES (?, ?)", rows)
+    target = clmagic.open_store(str(empty_bundle / "to"))
+    got = holds("bundle manifest rows", lambda: clmagic.import_bundle(path, store=target),
+                ClmagicError)
+    assert got is None or isinstance(got, ImportReport)
