@@ -10,6 +10,7 @@ from IPython.core.magic import Magics, magics_class
 from traitlets import Bool, Int, TraitError, Unicode, observe, validate
 
 from clmagic.errors import OptionsError
+from clmagic.ipython import pager
 from clmagic.ipython.line import misspelt_option, parse_line, split_opts
 from clmagic.ipython.typed import argument, cell_magic, display, line_magic, magic_arguments
 from clmagic.show import views
@@ -46,17 +47,6 @@ class CLMagics(Magics):
                     "reduction, scan, silx, pyFAI, ...) through clmagic's cache, as "
                     "%clcache install does; off: pyopencl builds them its own way."
     ).tag(config=True)
-
-    def __init__(self, shell: InteractiveShell | None = None, compiler: Compiler | None = None,
-                 **kwargs: Any) -> None:
-        self._limited: Compiler | None = None  # the compiler the configured limits were set on
-        super().__init__(shell=shell, **kwargs)
-        self._compiler = compiler
-        if shell is not None:  # the result line, the statistics, the reports: by type name
-            views.register(shell)
-        if self.cache_every_program:  # set in a config file, before any observer ran
-            self._hook({"new": True})
-
     max_size = Unicode(
         "", help="Size limit of the cache (500M, 2G, 0 = none), as CLMAGIC_CACHE_MAX_SIZE; "
                  "empty: the environment's. Applies to the store of the following builds."
@@ -65,6 +55,17 @@ class CLMagics(Magics):
         0, help="Programs kept in memory (least recently used dropped first), as "
                 "CLMAGIC_MEMORY_MAX; 0: the environment's."
     ).tag(config=True)
+
+    def __init__(self, shell: InteractiveShell | None = None, compiler: Compiler | None = None,
+                 **kwargs: Any) -> None:
+        self._limited: Compiler | None = None  # the compiler the configured limits were set on
+        super().__init__(shell=shell, **kwargs)
+        self._compiler = compiler
+        if shell is not None:  # the result line, the statistics, the reports: by type name
+            views.register(shell)
+            pager.register(shell)  # %clcache? printed where the output goes, paged on a terminal
+        if self.cache_every_program:  # set in a config file, before any observer ran
+            self._hook({"new": True})
 
     @validate("max_size")
     def _valid_size(self, proposal: dict[str, Any]) -> str:

@@ -135,13 +135,42 @@ def test_stats_history_info_widget(shell, compiler, filled, cache_dir, pocl, ocl
     assert type(widget).__name__ == "CacheWidget" and len(widget.rows) == 3
 
 
-def test_help_documents_every_subcommand(shell):
+@pytest.mark.parametrize("term", ["xterm-256color", "dumb"])
+def test_help_documents_every_subcommand(shell, monkeypatch, term):
+    """``%clcache?`` lists every subcommand and option where the output goes: with ``TERM``
+    naming a terminal (a newcomer's shell) IPython would page it through ``less``, which writes
+    to the terminal past a redirected ``sys.stdout`` (the capture was empty)."""
+    from clmagic.ipython.pager import print_unless_terminal
+
+    monkeypatch.setenv("TERM", term)
     with capture_output() as cap:
         shell.run_cell("%clcache?")
     text = cap.stdout
     for word in ("stats", "history", "info", "clear", "widget", "--device", "--older-than",
                  "KEY_PREFIX", "7d"):
         assert word in text, word
+    pagers = [getattr(hook, "__func__", hook) for _, hook in shell.hooks.show_in_pager.chain]
+    assert pagers.count(print_unless_terminal) == 1  # once, however many magics were made
+
+
+def test_help_is_paged_by_ipython_on_a_terminal(shell, monkeypatch):
+    """On a terminal, paging is what its user asked for: clmagic's pager passes the text on to
+    IPython's (no hook takes it, so IPython's own pager runs), here with a pty as stdout."""
+    import contextlib
+    import pty
+
+    from IPython.core.error import TryNext
+
+    monkeypatch.setenv("TERM", "xterm-256color")
+    leader, follower = pty.openpty()
+    try:
+        with open(follower, "w", closefd=False) as tty, contextlib.redirect_stdout(tty):
+            assert tty.isatty()
+            with pytest.raises(TryNext):
+                shell.hooks.show_in_pager("a long help text\n" * 200, start=0, screen_lines=0)
+    finally:
+        os.close(follower)
+        os.close(leader)
 
 
 @pytest.mark.parametrize(
