@@ -2,13 +2,16 @@
 phases, without importing clmagic (a plain run stays plain).
 
 Loaded with ``-p suite_phases`` (``benchmarks/`` on ``PYTHONPATH``). At ``pytest_configure`` it
-wraps ``pyopencl.Context.__init__`` and whatever ``pyopencl.Program.build`` is then (under
-``clmagic run`` the hook is in place already), and writes to ``$SUITE_PHASES_OUT`` at the end:
-the run's wall time from configure to unconfigure, the time spent making contexts and inside
-``Program.build``, and how many of each.
+wraps the context factory of pyopencl's test fixture (``pyopencl.tools._ContextFactory``: it
+lets go of earlier tests' objects, ``clear_first_arg_caches()`` and a collection, then makes the
+test's context; a nanobind class's ``__init__`` cannot be wrapped) and whatever
+``pyopencl.Program.build`` is then (under ``clmagic run`` the hook is in place already), and
+writes to ``$SUITE_PHASES_OUT`` at the end: the run's wall time from configure to unconfigure,
+the time spent making contexts (the factory's whole call) and inside ``Program.build``, and how
+many of each.
 
-With ``SUITE_PHASES_COUNT=1`` (a counting pass, not timed) it also says, at each new context,
-how many contexts made earlier in the run are still alive: it holds one reference of its own to
+With ``SUITE_PHASES_COUNT=1`` (a counting pass, not timed) it also says, at each new context
+(after the factory's collection), how many contexts made earlier in the run are still alive: it holds one reference of its own to
 each context (``clRetainContext``) and reads ``CL_CONTEXT_REFERENCE_COUNT``; a context whose
 only reference is that one is dead for everybody else, and is let go there.
 """
@@ -62,20 +65,27 @@ def _count_alive() -> int:
 
 
 def _wrap_context(counting: bool) -> None:
-    original = cl.Context.__init__
+    import gc
 
-    def __init__(self: cl.Context, *args: Any, **kwargs: Any) -> None:
-        if counting:
+    import pyopencl.tools as tools
+
+    original = tools._ContextFactory.__call__
+
+    def __call__(self: Any) -> cl.Context:
+        if counting:  # what the factory does first, then the count
+            tools.clear_first_arg_caches()
+            gc.collect()
             _phases["alive"].append(_count_alive())
         t = time.perf_counter()
-        original(self, *args, **kwargs)
+        ctx = original(self)
         _phases["context_s"] += time.perf_counter() - t
         _phases["contexts"] += 1
         if counting:
-            _loader().clRetainContext(self.int_ptr)
-            _held.append(self.int_ptr)
+            _loader().clRetainContext(ctx.int_ptr)
+            _held.append(ctx.int_ptr)
+        return ctx
 
-    cl.Context.__init__ = __init__  # type: ignore[method-assign]
+    tools._ContextFactory.__call__ = __call__  # type: ignore[method-assign]
 
 
 def _wrap_build() -> None:
