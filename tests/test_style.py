@@ -153,3 +153,100 @@ def test_the_checks_see_offenders(tmp_path: Path) -> None:
     long = [n.name for n in ast.walk(_tree(probe)) if isinstance(n, ast.FunctionDef)
             and n.end_lineno and n.end_lineno - n.lineno + 1 > MAX_FUNCTION_LINES]
     assert long == ["long"]
+
+
+# -- docs/architecture.md names every module, and no line count ----------------------------------
+
+ARCHITECTURE = PACKAGE.parent / "docs" / "architecture.md"
+
+
+def _sections(doc: str) -> dict[str, str]:
+    """The module tree of ``doc`` (its block that starts ``clmagic/``): each section's text by
+    its key (``root``, ``ipython/``, ..., ``ground``), from the lines indented by two spaces."""
+    block = doc.split("```\nclmagic/", 1)[1].split("```", 1)[0]
+    sections: dict[str, str] = {}
+    key = ""
+    for line in block.splitlines()[1:]:
+        if line.startswith("  ") and not line.startswith("   "):
+            key, line = line.split(None, 1)[0].rstrip(":"), line.split(None, 1)[1]
+            line = line.split(":", 1)[1] if key == "ground" else line  # "ground floor:"
+        sections[key] = sections.get(key, "") + " " + line.strip()
+    return sections
+
+
+def _named(text: str) -> dict[str, str]:
+    """``name (what it does)`` at the top level of ``text``: name → what it does (a folder's
+    name keeps its ``/``)."""
+    import re
+
+    named: dict[str, str] = {}
+    depth, start = 0, 0
+    for i, ch in enumerate(text):
+        if ch == "(":
+            if depth == 0:
+                found = re.search(r"([\w]+/?)\s*$", text[:i])
+                name, start = (found.group(1) if found else ""), i + 1
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+            if depth == 0:
+                named[name] = text[start:i]
+    return named
+
+
+def _modules_by_section() -> dict[str, set[str]]:
+    """What each section must name: the modules of its folder (a subfolder as ``sub/``),
+    ``root`` and ``ground`` the modules beside the folders."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from test_layers import GROUND
+
+    wanted: dict[str, set[str]] = {"root": set(), "ground": set()}
+    for path in MODULES:
+        parts = path.relative_to(PACKAGE).with_suffix("").parts
+        if len(parts) == 1:
+            wanted["ground" if parts[0] in GROUND else "root"].add(parts[0])
+        elif parts[-1] != "__init__" or len(parts) > 2:
+            name = parts[1] + "/" if len(parts) > 2 else parts[1]
+            wanted.setdefault(parts[0] + "/", set()).add(name)
+    return wanted
+
+
+def test_architecture_names_every_module_and_no_other():
+    """docs/architecture.md's tree stays true: each module is named in its folder's section
+    (a subfolder's in that folder's description), and each name there is a module that
+    exists (a module moved or removed is taken out of the tree)."""
+    sections = {k: _named(v) for k, v in _sections(ARCHITECTURE.read_text()).items()}
+    for section, modules in _modules_by_section().items():
+        named = sections.get(section, {})
+        assert set(named) == modules, (
+            f"docs/architecture.md, {section}: not named {sorted(modules - set(named))}, "
+            f"named but not in clmagic/ {sorted(set(named) - modules)}")
+    for path in MODULES:
+        parts = path.relative_to(PACKAGE).with_suffix("").parts
+        if len(parts) == 3 and parts[2] != "__init__":
+            within = sections[parts[0] + "/"][parts[1] + "/"]
+            assert parts[2] in within.replace(",", " ").replace(";", " ").split(), (
+                f"docs/architecture.md does not name {_rel(path)} under {parts[1]}/")
+
+
+def test_architecture_keeps_no_line_counts():
+    """Line counts written by hand go stale with the next edit (13 of 75 were): the sizes are
+    this file's to check, the tree says what each module is for."""
+    import re
+
+    for section, text in _sections(ARCHITECTURE.read_text()).items():
+        for name, what in _named(text).items():
+            assert not re.search(r"(?<![\w-])\d{2,}\b", what), (
+                f"docs/architecture.md, {section} {name}: a line count? {what!r}")
+
+
+def test_the_architecture_reader_sees_names_and_counts():
+    """The reader above finds each top-level ``name (…)``, nested parentheses kept inside, and
+    the count check sees a count (a reader that finds nothing would pass every doc)."""
+    named = _named("a (x (y) z), b/ (c, the check; d), e\n (161: it)")
+    assert named == {"a": "x (y) z", "b/": "c, the check; d", "e": "161: it"}
+    doc = "```\nclmagic/  (…)\n  root:  a (x)\n         b (y)\n  ground floor: c (z)\n```\n"
+    assert {k: _named(v) for k, v in _sections(doc).items()} == {
+        "root": {"a": "x", "b": "y"}, "ground": {"c": "z"}}
