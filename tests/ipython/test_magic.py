@@ -18,8 +18,8 @@ HEAVY = ("pandas", "ipywidgets", "matplotlib", "tqdm", "sqlite3", "_sqlite3", "r
 #: decorators, and the table of views by type name (``show.views``, which imports none of the
 #: types nor their renderers)
 AT_LOAD = ["clmagic", "clmagic._format", "clmagic._version", "clmagic.errors", "clmagic.ipython",
-           "clmagic.ipython.line", "clmagic.ipython.magics", "clmagic.ipython.typed",
-           "clmagic.show", "clmagic.show.views"]
+           "clmagic.ipython.line", "clmagic.ipython.magics", "clmagic.ipython.pager",
+           "clmagic.ipython.typed", "clmagic.show", "clmagic.show.views"]
 
 
 @pytest.mark.parametrize("store", ["folder", "cache.db", "redis://127.0.0.1:9/0"])
