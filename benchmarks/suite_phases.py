@@ -11,9 +11,10 @@ the time spent making contexts (the factory's whole call) and inside ``Program.b
 many of each.
 
 With ``SUITE_PHASES_COUNT=1`` (a counting pass, not timed) it also says, at each new context
-(after the factory's collection), how many contexts made earlier in the run are still alive: it holds one reference of its own to
-each context (``clRetainContext``) and reads ``CL_CONTEXT_REFERENCE_COUNT``; a context whose
-only reference is that one is dead for everybody else, and is let go there.
+(after the factory's collection), how many contexts made earlier in the run are still alive: it
+holds one reference of its own to each context (``clRetainContext``) and reads
+``CL_CONTEXT_REFERENCE_COUNT``; a context whose only reference is that one is dead for everybody
+else, and is let go there.
 """
 
 from __future__ import annotations
