@@ -37,16 +37,18 @@ import weakref
 from collections import deque
 from collections.abc import Callable, Hashable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING
 
 from clmagic._fork import after_fork, around_fork
 from clmagic._warn import warn_once
+from clmagic.trip.pending import settle_after_fork
 
 if TYPE_CHECKING:
     from clmagic.store import Store
 
-__all__ = ["Saver", "Pending", "HitCounter", "flush_all", "wait_everywhere", "pending_everywhere",
-           "exiting", "driver_work", "EXIT_WAIT_S", "FORKED_NOTE"]
+__all__ = ["Saver", "HitCounter", "flush_all", "wait_everywhere", "pending_everywhere",
+           "take_everywhere", "before_exit", "exiting", "driver_work", "EXIT_WAIT_S",
+           "FORKED_NOTE"]
 
 #: the longest the process's normal exit waits for the saves still queued or running, in all
 EXIT_WAIT_S = 10.0
@@ -65,39 +67,7 @@ _TAGGED: dict[int, int] = {}
 _DRIVER = threading.Condition()
 _in_driver = 0
 _forking = False
-_UNSETTLED: weakref.WeakSet[Pending[Any]] = weakref.WeakSet()
 _COUNTERS: weakref.WeakSet[HitCounter] = weakref.WeakSet()
-T = TypeVar("T")
-
-
-class Pending(Generic[T]):
-    """A save under way: ``value`` as it stands (no waiting), :meth:`wait` for the final one.
-    ``forked(value)``: the final value in a child forked before it settled (the parent's job
-    settles the parent's copy only); default: the value as it stands."""
-
-    def __init__(self, value: T, forked: Callable[[T], T] | None = None):
-        self.value = value
-        self._forked = forked
-        self._done = threading.Event()
-        _UNSETTLED.add(self)
-
-    def settle(self, value: T) -> None:
-        self.value = value
-        self._done.set()
-        _UNSETTLED.discard(self)
-
-    def reset_after_fork(self) -> None:
-        """In a forked child: settled now, with ``forked(value)``."""
-        self._done = threading.Event()  # the parent's may have been mid-set: its lock held
-        self.settle(self._forked(self.value) if self._forked else self.value)
-
-    @property
-    def done(self) -> bool:
-        return self._done.is_set()
-
-    def wait(self) -> T:
-        self._done.wait()
-        return self.value
 
 
 class Saver:
@@ -189,6 +159,17 @@ class Saver:
                     self._ensure_worker()
                 self._cond.wait(left)
         return True
+
+    def take(self, wanted: Callable[[Callable[[], object]], bool]) -> list[Callable[[], object]]:
+        """Take the queued jobs (not one running) that ``wanted`` picks, their tags no longer
+        pending: what the process's exit hands to another process (:func:`before_exit`)."""
+        with self._cond:
+            taken = [(tags, job) for tags, job in self._jobs if wanted(job)]
+            if taken:
+                self._jobs = deque((t, j) for t, j in self._jobs if not wanted(j))
+        for tags, _ in taken:
+            self._done(tags)
+        return [job for _, job in taken]
 
     @property
     def busy(self) -> int:
@@ -310,6 +291,19 @@ def pending_everywhere(tag: Hashable) -> bool:
     return bool(_TAGGED) and any(saver.pending(tag) for saver in list(_SAVERS))
 
 
+def take_everywhere(wanted: Callable[[Callable[[], object]], bool]) -> list[Callable[[], object]]:
+    """:meth:`Saver.take` of every saver of this process."""
+    return [job for saver in list(_SAVERS) for job in saver.take(wanted)]
+
+
+_BEFORE_EXIT: list[Callable[[], object]] = []
+
+
+def before_exit(job: Callable[[], object]) -> None:
+    """Run ``job`` at the process's normal exit, before the last saves are waited for."""
+    _BEFORE_EXIT.append(job)
+
+
 def flush_all(timeout: float | None = None) -> bool:
     """Finish every pending save of every saver, in at most ``timeout`` seconds in all (run at
     normal exit); whether they all finished."""
@@ -333,6 +327,11 @@ def _at_exit() -> None:
     save cut short leaves no entry behind, the stores write by rename)."""
     global _exiting
     _exiting = True
+    for job in _BEFORE_EXIT:
+        try:
+            job()
+        except Exception as exc:  # the exit goes on: what was not handed over is waited for
+            warn_once(f"clmagic could not hand its saves over at exit ({exc})")
     if not flush_all(EXIT_WAIT_S):
         left = sum(saver.busy for saver in list(_SAVERS))
         print(f"clmagic: warning: {left} background save(s) not finished at exit after "
@@ -390,8 +389,7 @@ def _after_fork() -> None:
         saver.reset_after_fork()
     for counter in list(_COUNTERS):
         counter.reset_after_fork()
-    for pending in list(_UNSETTLED):
-        pending.reset_after_fork()
+    settle_after_fork()
 
 
 atexit.register(_at_exit)

@@ -12,7 +12,7 @@ from clmagic.key.options import BuildOptions
 from clmagic.opencl.code import CodeView, code_of
 from clmagic.opencl.facts import KernelFacts, gather
 from clmagic.outcome import Outcome
-from clmagic.trip.background import Pending
+from clmagic.trip.pending import Pending
 from clmagic.trip.records import Record
 from clmagic.trip.sources import remember
 

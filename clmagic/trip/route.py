@@ -23,8 +23,9 @@ from clmagic.key.includes import headers_changed
 from clmagic.opencl import driver
 from clmagic.outcome import Outcome
 from clmagic.trip import rekey
-from clmagic.trip.background import Pending, wait_everywhere
+from clmagic.trip.background import wait_everywhere
 from clmagic.trip.missed import why_missed
+from clmagic.trip.pending import Pending
 from clmagic.trip.records import Record
 from clmagic.trip.save import device_tag, not_saved, save_later
 from clmagic.trip.state import Found, TripState, served_from

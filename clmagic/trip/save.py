@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 import pyopencl as cl
 
@@ -12,7 +13,9 @@ from clmagic.key.clock import rebuilt_alike
 from clmagic.key.includes import Headers, headers_changed
 from clmagic.opencl import driver, readout
 from clmagic.store import Store
-from clmagic.trip.background import FORKED_NOTE, Pending, driver_work, exiting
+from clmagic.trip.background import FORKED_NOTE, driver_work, exiting
+from clmagic.trip.finish import HandOver, Readout
+from clmagic.trip.pending import Pending
 from clmagic.trip.records import Record
 from clmagic.trip.state import TripState
 
@@ -126,8 +129,21 @@ def save_later(state: TripState, rec: Record, kept: Record | None, program: cl.P
     # tagged by key, by code key (a REKEYED lookup of the same code waits for it too) and by
     # device (a MISS's reason lists the device's entries once the earlier saves are in)
     code = (rec.fingerprint, "code", rec.code_key) if rec.code_key else None
-    state.submit_save((rec.fingerprint, rec.key), job, code, device_tag(rec.fingerprint))
+    run: Callable[[], object] = job
+    if helper and held is None and binary is None and _reopenable(state):
+        settings = state.settings  # a caller's readout: the exit may hand it over (finish.py)
+        run = HandOver(job, Readout(rec, given, files, settings.cache or "", settings.trust,
+                                    settings.max_size))
+    state.submit_save((rec.fingerprint, rec.key), run, code, device_tag(rec.fingerprint))
     return pending
+
+
+def _reopenable(state: TripState) -> bool:
+    """Whether another process can open this state's store from the settings alone: the local
+    folder or SQLite file they name, nothing layered or remote."""
+    store, settings = state.store, state.settings
+    return (store is not None and not settings.remote and settings.cache is not None
+            and store.kind in ("directory", "sqlite") and store.location == settings.cache)
 
 
 def device_tag(fingerprint: str) -> tuple[str, str]:

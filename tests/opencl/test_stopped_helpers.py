@@ -95,8 +95,9 @@ print(json.dumps(dict(saved=saved, helper=readout.helper_pid())))
 
 @pytest.mark.parametrize("mode", ["stop", "sleep"])
 def test_a_vet_child_that_never_answers_is_killed_and_the_entry_not_used(mode, tmp_path, pocl):
-    """An imported (untrusted) entry is first loaded by a vet child; one that stops or sleeps
-    for good is killed after its bound: the build is rebuilt from source and says why."""
+    """An imported (untrusted) entry is proven by a vet child as it is imported; one that stops
+    or sleeps for good is killed after its bound: the entry is not imported (the report says
+    why) and the build is a MISS, built from source."""
     out = _run('''
 import clmagic
 from clmagic.store import DirectoryStore
@@ -104,12 +105,13 @@ src = os.environ["SRC"]
 first = clmagic.Compiler(store=DirectoryStore(os.environ["A"]))
 assert first.build(src).saved
 clmagic.export_bundle(os.environ["B"] + ".db", store=first.store)
-clmagic.import_bundle(os.environ["B"] + ".db", store=DirectoryStore(os.environ["B"]))
 os.environ["CLMAGIC_TEST_HANG"] = os.environ["MODE"]  # from now on: the vet child hangs
+rep = clmagic.import_bundle(os.environ["B"] + ".db", store=DirectoryStore(os.environ["B"]))
 c = clmagic.Compiler(store=DirectoryStore(os.environ["B"]))
 r = c.build(src)
-print(json.dumps(dict(outcome=r.outcome, note=r.note, kernels=sorted(r.kernels))))
+print(json.dumps(dict(outcome=r.outcome, note=r.note, kernels=sorted(r.kernels),
+                      imported=rep.imported, failed=rep.failed, reasons=rep.reasons)))
 ''', tmp_path, SRC=SAXPY, A=str(tmp_path / "a"), B=str(tmp_path / "b"), MODE=mode,
         CLMAGIC_DEVICE=pocl, CLMAGIC_TEST_HANG_WHO="clmagic.opencl.vet")
-    # rebuilt from source (the trip says CORRUPT; the warning and the history give the why)
-    assert out["outcome"] == "CORRUPT" and out["kernels"] == ["saxpy", "scale"]
+    assert (out["imported"], out["failed"]) == (0, 1) and len(out["reasons"]) == 1, out
+    assert out["outcome"] == "MISS" and out["kernels"] == ["saxpy", "scale"]

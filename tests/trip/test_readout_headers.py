@@ -34,9 +34,9 @@ def asked(monkeypatch):
     jobs: list[tuple[str, str | None]] = []
     inner = readout.read_out
 
-    def spy(fingerprint, source, options, build_ms=0.0, cwd=None):
+    def spy(fingerprint, source, options, build_ms=0.0, cwd=None, idle=False):
         jobs.append((source, cwd))
-        return inner(fingerprint, source, options, build_ms, cwd)
+        return inner(fingerprint, source, options, build_ms, cwd, idle)
 
     monkeypatch.setattr(readout, "read_out", spy)
     return jobs
@@ -67,9 +67,9 @@ def test_a_header_changed_while_the_helper_builds_saves_nothing(
     _old_header(tmp_path, 7)
     inner = readout.read_out
 
-    def edit_then_read(fingerprint, source, options, build_ms=0.0, cwd=None):
+    def edit_then_read(fingerprint, source, options, build_ms=0.0, cwd=None, idle=False):
         (tmp_path / "inc" / "v.h").write_text("#define V 8 /* edited */\n")
-        return inner(fingerprint, source, options, build_ms, cwd)
+        return inner(fingerprint, source, options, build_ms, cwd, idle)
 
     monkeypatch.setattr(readout, "read_out", edit_then_read)
     r = clmagic.Compiler(settings).build(KERNEL, "-I inc")

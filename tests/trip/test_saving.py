@@ -161,9 +161,9 @@ def test_on_pocl_a_helper_process_reads_the_binary_out_so_the_first_launch_does_
     inner = readout.read_out
 
     def spy(fingerprint: str, source: str, options: str, build_ms: float = 0.0,
-            cwd: str | None = None) -> bytes | None:
+            cwd: str | None = None, idle: bool = False) -> bytes | None:
         asked.append(source)
-        return inner(fingerprint, source, options, build_ms, cwd)
+        return inner(fingerprint, source, options, build_ms, cwd, idle)
 
     readout.read_out = spy
     try:
