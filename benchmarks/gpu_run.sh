@@ -89,6 +89,15 @@ for step in "$@"; do
           --files ${FILES_REAL:-test_array.py test_algorithm.py} --repeats "${REPEATS_REAL:-1}" \
           ${COUNT_REAL:+--count} --label "${LABEL_REAL:-nvidia}-$cache" --out "$OUT"
       done ;;
+    prof) # where a first run under clmagic run spends its time on the main thread (cProfile)
+      wheel_venv
+      dir=$(mktemp -d) && cp tests/data/pyopencl/${FILE_PROF:-test_array.py} "$dir/"
+      (cd "$dir" && PYOPENCL_TEST=nvidia CLMAGIC_CACHE_DIR="$dir/cache" $WPY -m cProfile \
+        -o "$dir/first.prof" -m clmagic run -m pytest -q -p no:cacheprovider -o addopts= \
+        "${FILE_PROF:-test_array.py}" > /dev/null 2>&1 || true)
+      $WPY -c "import pstats, sys; s = pstats.Stats('$dir/first.prof', stream=sys.stdout)
+s.sort_stats('cumulative').print_stats('clmagic|pyopencl/__init__|tools.py', 45)
+s.sort_stats('tottime').print_stats(30)" > "$OUT/profile-first-nvidia.txt" 2>&1 ;;
     tune) # Kernel Tuner's re-tune (no scipy, scikit-learn or pymoo: the brute force needs none)
           wheel_venv
           $WPY benchmarks/bench_tune.py --device nvidia --driver-cache both \
@@ -97,6 +106,6 @@ for step in "$@"; do
     ab) wheel_venv
         $WPY benchmarks/ab_hit.py --device nvidia --base "${AB_BASE:-.ab-base}" \
            --pairs "${PAIRS_AB:-8}" --label nvidia-h200 --out "$OUT" ;;  # AB_BASE: git archive
-    *) echo "gpu_run.sh: unknown step $step (real, real-on, real-off, on, off, hook, suite, suite-on, suite-off, facts, profile, split, tune, ab)" >&2; exit 2 ;;
+    *) echo "gpu_run.sh: unknown step $step (real, real-on, real-off, prof, on, off, hook, suite, suite-on, suite-off, facts, profile, split, tune, ab)" >&2; exit 2 ;;
   esac
 done
