@@ -94,11 +94,14 @@ def whole(value: object, what: str, low: int = 0, high: int = MAX_WHOLE) -> int:
 def number(value: object, what: str, low: float = -MAX_NUMBER,
            high: float = MAX_NUMBER) -> float:
     """``value`` as a finite float from ``low`` to ``high`` (an ``int`` is compared before it
-    is converted, so a 401-digit one is out of range, not an ``OverflowError``)."""
+    is converted, so a 401-digit one is out of range, not an ``OverflowError``). NaN or
+    infinity is told apart from a finite number out of range: the one line says which."""
     if not isinstance(value, int | float) or isinstance(value, bool):
         raise CorruptEntry(f"{what} is not a number")
-    if not low <= value <= high:  # False for NaN too
-        raise CorruptEntry(f"{what} is out of range or not finite")
+    if isinstance(value, float) and not math.isfinite(value):  # the words load_json uses
+        raise CorruptEntry(f"{what} is NaN or infinity")
+    if not low <= value <= high:
+        raise CorruptEntry(f"{what} is out of range")
     return float(value)
 
 

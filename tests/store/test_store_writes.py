@@ -191,13 +191,16 @@ def _meta(**over):
 
 @pytest.mark.parametrize("meta, message", [
     ([1, 2], "not a JSON object"),
-    (_meta(created=math.inf), "NaN or infinity"),
+    (_meta(created=math.inf), "field 'created' is NaN or infinity"),
+    (_meta(build_ms=math.nan), "field 'build_ms' is NaN or infinity"),
+    (_meta(created=1e301), "field 'created' is out of range$"),
     (_meta(extra={"deep": [[[math.nan]]]}), "NaN or infinity"),
     (_meta(build_ms=True), "'build_ms'"),
     (_meta(kernels=["k", 3]), "non-string"),
     (_meta(build_log="x" * (MAX_META + 1)), "over the"),
     (_meta(extra=[[]] * (MAX_META // 2)), "over the"),
-], ids=["array", "inf", "nested-nan", "bool", "kernel-int", "long-log", "many-items"])
+], ids=["array", "inf", "nan", "huge", "nested-nan", "bool", "kernel-int", "long-log",
+        "many-items"])
 def test_check_meta_rejects(meta, message):
     with pytest.raises(CorruptEntry, match=message):
         check_meta(meta)
