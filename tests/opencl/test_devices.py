@@ -21,10 +21,12 @@ BROKEN = "-fclmagic-test-bogus"  # an option no compiler knows
 
 
 def _env(**extra: str) -> dict[str, str]:
-    """A child's environment: this checkout's clmagic, no device setting of the caller's."""
+    """A child's environment: this checkout's clmagic, no device setting of the caller's and
+    no ``COLUMNS`` (a width the run's terminal left would wrap ``clmagic devices``; into a
+    pipe, as here, each device is one line, which the listing tests read)."""
     env = {k: v for k, v in os.environ.items()
            if k not in ("CLMAGIC_DEVICE", "PYOPENCL_CTX", "POCL_EXTRA_BUILD_FLAGS",
-                        "OCLGRIND_BUILD_OPTIONS")}
+                        "OCLGRIND_BUILD_OPTIONS", "COLUMNS")}
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")
     env.update(extra)
     return env
