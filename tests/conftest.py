@@ -167,8 +167,12 @@ def kernel_value(r) -> int:
 
 
 def child_env(**extra: str) -> dict[str, str]:
-    """Environment for a child Python that imports this checkout's clmagic."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    """Environment for a child Python that imports this checkout's clmagic. Without the run's
+    ``COLUMNS`` (a width the caller's terminal left): a child's stdout is a pipe, where each
+    result, device and figure is one line, whatever terminal the tests were started from; a test
+    of a width passes ``COLUMNS`` itself."""
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")
     env.update(extra)
     return env
 
