@@ -27,8 +27,11 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import dataclasses
+import fcntl
 import os
 import re
+import struct
+import termios
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -51,6 +54,8 @@ CHATTER = re.compile(
 _quiet_lock = threading.Lock()
 _quiet_depth = 0
 _quiet_saved: int | None = None  # fd 2 as it was before the redirect
+#: the pipe the forwarder reads now (``None``: none) and whether it holds lines not yet written
+_forwarding: list[Any] = [None, False]
 
 
 @contextmanager
@@ -75,9 +80,25 @@ def quiet_driver() -> Iterator[None]:
         with _quiet_lock:
             _quiet_depth -= 1
             if _quiet_depth == 0 and _quiet_saved is not None:
+                _drained()  # what was written so far is out, in order, before fd 2 is back
                 saved, _quiet_saved = _quiet_saved, None
                 os.dup2(saved, 2)  # the pipe's write end: held now only by children, if any
                 os.close(saved)
+
+
+def _drained(limit: float = 0.5) -> None:
+    """Wait (``limit`` seconds at most) until the forwarder has written out everything written
+    to the pipe so far: nothing is in the pipe and it is not in the middle of a write."""
+    end = time.monotonic() + limit
+    while _forwarding[0] is not None and time.monotonic() < end:
+        try:
+            waiting = struct.unpack("i", fcntl.ioctl(_forwarding[0], termios.FIONREAD,
+                                                     b"\0\0\0\0"))[0]
+        except OSError:
+            return
+        if not waiting and not _forwarding[1]:
+            return
+        time.sleep(0.001)
 
 
 def _redirect() -> None:
@@ -95,6 +116,7 @@ def _redirect() -> None:
         os.close(read)
         os.close(write)
         return
+    _forwarding[:] = [read, False]
     threading.Thread(target=_forward, args=(read, out), name="clmagic-stderr",
                      daemon=True).start()
     _quiet_saved = saved
@@ -107,15 +129,19 @@ def _forward(read: int, out: int) -> None:
     rest = b""
     try:
         while chunk := os.read(read, 65536):
+            _forwarding[1] = True  # busy until the lines read are written (see _drained)
             *lines, rest = (rest + chunk).split(b"\n")
             kept = b"".join(ln + b"\n" for ln in lines if not CHATTER.match(ln + b"\n"))
             if kept:
                 os.write(out, kept)
+            _forwarding[1] = bool(rest)
         if rest and not CHATTER.match(rest):
             os.write(out, rest)
     except OSError:
         pass
     finally:
+        if _forwarding[0] == read:
+            _forwarding[:] = [None, False]
         os.close(read)
         os.close(out)
 

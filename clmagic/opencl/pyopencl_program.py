@@ -147,8 +147,9 @@ def adopt(program: cl.Program, built: cl.Program, duration: tuple[str, bool, flo
     program._build_duration_info = duration
     key = id(program)
     one = len(raw.get_info(cl.program_info.DEVICES)) == 1
-    source_build = no_cache() or has_src_build_cache(ctx.devices[0])
-    made = _AsMade(program._source, list(ctx.devices)) if loaded and source_build else None
+    devices = ctx.devices
+    source_build = no_cache() or has_src_build_cache(devices[0])
+    made = _AsMade(program._source, list(devices)) if loaded and source_build else None
     _adopted[key] = _Adopted(weakref.ref(program, lambda _: _adopted.pop(key, None)),
                              log if one else None, made)
     if not source_build:

@@ -178,13 +178,13 @@ def _log_message(context: cl.Context, devices: Any, built: ProgramBuild, cached:
     ``pyopencl.compiler_output`` shows them with ``PYOPENCL_COMPILER_OUTPUT=1`` and a fixed line
     otherwise; it is called from one place here, so Python's default filter shows the fixed
     line once, as it does for pyopencl's one call site."""
-    devs = list(devices) if devices else list(context.devices)
     logs = [rec.build_log for rec in built.records]
+    if not any(log.strip() for log in logs) or (
+            cached and _driver_cache_is_silent(built.records[0].device.platform_name)):
+        return ""  # the common case, decided before the devices are asked for
+    devs = list(devices) if devices else list(context.devices)
     said = (75 * "=" + "\n").join(f"Build on {dev} succeeded, but said:\n\n{log}"
-                                  for dev, log in zip(devs, logs, strict=False)
-                                  if log and log.strip())
-    if not said or (cached and _driver_cache_is_silent(built.records[0].device.platform_name)):
-        return ""
+                                  for dev, log in zip(devs, logs, strict=False) if log.strip())
     if cached and not internals.no_cache() and not has_src_build_cache(context.devices[0]):
         return ("Built kernel retrieved from cache. Original from-source build had warnings:\n"
                 + said)

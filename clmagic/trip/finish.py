@@ -6,27 +6,28 @@ only CPU time the workload leaves. A suite that builds faster than the idle CPU 
 keep up ends with readouts still queued, and the process's exit used to wait for them
 (:data:`~clmagic.trip.background.EXIT_WAIT_S`, then drop them): a first run under ``clmagic
 run`` paid that at its end. Here those jobs are handed over instead: at exit, the queued saves
-of the hook's builds (:class:`HandOver` jobs) are taken off the saver's queue and sent, pickled
-on a pipe, to ``python -m clmagic.trip.finish``, started by the one launcher under ``SCHED_IDLE``
-in a session of its own; the user's process exits at once, and the finisher builds each text,
-reads its binary out, checks that the headers the key covered are unchanged, and stores the
-entry (counted in the lifetime counters as the saves it stands for). A process started before it
-is done finds those programs missing and builds them as pyopencl would.
+of the hook's builds (:class:`HandOver` jobs) are taken off the saver's queue and sent, as JSON
+on a pipe (plain data: nothing read there can run code), to ``python -m clmagic.trip.finish``,
+started by the one launcher under ``SCHED_IDLE`` in a session of its own; the user's process
+exits at once, and the finisher builds each text, reads its binary out, checks that the
+headers the key covered are unchanged, and stores the entry (counted in the lifetime counters
+as the saves it stands for). A process started before it is done finds those programs missing
+and builds them as pyopencl would.
 
 Only saves into a store another process can open from its location alone (a folder or a SQLite
-file of the settings') are handed over; the others are finished by the exit as before. The pipe
-is between this process and its own child: what it carries is this process's own records.
+file of the settings') are handed over; the others are finished by the exit as before.
 """
 
 from __future__ import annotations
 
+import base64
+import json
 import os
-import pickle
 import subprocess
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from clmagic import _launch
 from clmagic._warn import warn_once
@@ -53,6 +54,18 @@ class Readout:
     trust: bool
     max_size: int
 
+    def wire(self) -> dict[str, Any]:
+        """The save as plain JSON values: what the finisher reads (:func:`_unwire`)."""
+        rec, files = self.record, self.files
+        return {"key": rec.key, "fingerprint": rec.fingerprint, "fields": rec.entry_fields(),
+                "text": self.text or rec.source or "", "outcome": str(rec.outcome),
+                "saved_ms": rec.saved_ms, "location": self.location, "trust": self.trust,
+                "max_size": self.max_size, "files": None if files is None else {
+                    "items": [[n, base64.b64encode(d).decode()] for n, d in files],
+                    "stamps": [list(st) for st in files.stamps], "static": files.static,
+                    "found_with": None if files.found_with is None else [
+                        files.found_with[0], list(files.found_with[1]), *files.found_with[2:]]}}
+
 
 class HandOver:
     """A saver job that the process's exit may hand to the finisher instead of running it."""
@@ -76,9 +89,9 @@ def hand_over() -> int:
                                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL)
         assert child.stdin is not None
-        _launch.send(child.stdin, pickle.dumps(readouts))
+        _launch.send(child.stdin, json.dumps([r.wire() for r in readouts]).encode())
         child.stdin.close()
-    except (OSError, ValueError, pickle.PicklingError) as exc:
+    except (OSError, ValueError, TypeError) as exc:
         warn_once(f"clmagic could not hand {len(readouts)} save(s) over at exit ({exc})")
         return 0
     if os.environ.get("CLMAGIC_CACHE_DEBUG", "").strip() not in ("", "0"):
@@ -90,45 +103,61 @@ def hand_over() -> int:
 before_exit(hand_over)
 
 
-def _finish(readout: Readout, stores: dict[str, Store]) -> None:
+def _headers(doc: dict[str, Any] | None) -> Headers | None:
+    """The headers a readout's key covered, from their JSON form."""
+    if doc is None:
+        return None
+    files = Headers((str(n), base64.b64decode(d)) for n, d in doc["items"])
+    files.stamps = [tuple(st) for st in doc["stamps"]]
+    files.static = bool(doc["static"])
+    found = doc["found_with"]
+    files.found_with = None if found is None else (str(found[0]), tuple(found[1]),
+                                                   str(found[2]), str(found[3]))
+    return files
+
+
+def _finish(doc: dict[str, Any], stores: dict[str, Store]) -> None:
     """Build, read out, check and store one handed-over save (nothing stored on any doubt)."""
     from clmagic.config import Settings
+    from clmagic.entry import Entry
     from clmagic.key.includes import headers_changed
     from clmagic.opencl import devices, driver, pyopencl_program
     from clmagic.store import open_store
 
-    rec = readout.record
-    found = readout.files.found_with if readout.files is not None else None
-    if found is not None and not readout.files.static:  # type: ignore[union-attr]
-        os.chdir(found[2])  # relative include folders are the user's
-    _info, dev = devices.resolve_device(rec.fingerprint)
-    ctx, _queue = devices.context_for(_info, dev)
-    program = pyopencl_program.raw_from_source(ctx, readout.text or rec.source or "")
+    files = _headers(doc["files"])
+    if files is not None and files.found_with is not None and not files.static:
+        os.chdir(files.found_with[2])  # relative include folders are the user's
+    info, dev = devices.resolve_device(doc["fingerprint"])
+    ctx, _queue = devices.context_for(info, dev)
+    fields = doc["fields"]
+    program = pyopencl_program.raw_from_source(ctx, str(doc["text"]))
     with driver.quiet_driver():
-        pyopencl_program.bare_build(program, rec.options, [dev])
+        pyopencl_program.bare_build(program, str(fields["options"]), [dev])
     binary = driver.binary_of(program, dev)
-    if readout.files is not None and headers_changed(readout.files, "the binary's readout"):
+    if files is not None and headers_changed(files, "the binary's readout"):
         return
-    store = stores.get(readout.location)
+    location = str(doc["location"])
+    store = stores.get(location)
     if store is None:
-        store = open_store(readout.location, trust=readout.trust, max_size=readout.max_size)
+        store = open_store(location, trust=bool(doc["trust"]), max_size=int(doc["max_size"]))
         if store is None:
             return
         store.secret = Settings.from_env().secret
-        stores[readout.location] = store
-    store.put(rec.entry(binary))
-    store.counters.add(rec.fingerprint, rec.outcome, 1, rec.saved_ms)
+        stores[location] = store
+    if info.fingerprint != doc["fingerprint"]:
+        return
+    store.put(Entry.create(str(doc["key"]), info.fingerprint, binary, **fields))
+    store.counters.add(info.fingerprint, str(doc["outcome"]), 1, float(doc["saved_ms"]))
 
 
 def _main() -> int:
     data = _launch.receive(sys.stdin.buffer)
     if data is None:
         return 1
-    readouts: list[Readout] = pickle.loads(data)  # noqa: S301 - our own parent's records
     stores: dict[str, Store] = {}
-    for readout in readouts:
+    for doc in json.loads(data):
         try:
-            _finish(readout, stores)
+            _finish(doc, stores)
         except Exception:  # noqa: BLE001 - a save that fails is a MISS next time, nothing more
             continue
     for store in stores.values():

@@ -82,14 +82,19 @@ class Record:
 
     def entry(self, binary: bytes) -> Entry:
         """The store entry of this trip's build (``binary`` read out of the driver)."""
+        return Entry.create(self.key, self.device.fingerprint, binary, **self.entry_fields())
+
+    def entry_fields(self) -> dict[str, Any]:
+        """What :meth:`entry` stores besides the key, the device and the binary: plain JSON
+        values (another process may make the entry from them: :mod:`clmagic.trip.finish`)."""
         d = self.device
-        return Entry.create(
-            self.key, d.fingerprint, binary, kernels=self.kernels, options=self.options,
-            device=d.device_name, platform=d.platform_name, driver=d.driver_version,
-            device_version=d.device_version, platform_version=d.platform_version,
-            source_bytes=self.source_bytes, build_ms=round(self.build_ms, 3), created=self.time,
-            build_log=self.build_log, headers=list(self.headers), origin=self.origin,
-            code_key=self.code_key, rekeyed_from=self.rekeyed_from,
+        return dict(
+            kernels=list(self.kernels), options=self.options, device=d.device_name,
+            platform=d.platform_name, driver=d.driver_version, device_version=d.device_version,
+            platform_version=d.platform_version, source_bytes=self.source_bytes,
+            build_ms=round(self.build_ms, 3), created=self.time, build_log=self.build_log,
+            headers=list(self.headers), origin=self.origin, code_key=self.code_key,
+            rekeyed_from=self.rekeyed_from,
             kernel_facts=None if self.facts is None else facts_to_json(self.facts))
 
 

@@ -126,16 +126,22 @@ def save_later(state: TripState, rec: Record, kept: Record | None, program: cl.P
             state.counters.add(rec.fingerprint, rec.outcome, 1, rec.saved_ms)
             pending.settle(dataclasses.replace(rec, saved_to_store=saved, note=note))
 
-    # tagged by key, by code key (a REKEYED lookup of the same code waits for it too) and by
-    # device (a MISS's reason lists the device's entries once the earlier saves are in)
-    code = (rec.fingerprint, "code", rec.code_key) if rec.code_key else None
-    run: Callable[[], object] = job
-    if helper and held is None and binary is None and _reopenable(state):
-        settings = state.settings  # a caller's readout: the exit may hand it over (finish.py)
-        run = HandOver(job, Readout(rec, given, files, settings.cache or "", settings.trust,
-                                    settings.max_size))
-    state.submit_save((rec.fingerprint, rec.key), run, code, device_tag(rec.fingerprint))
+    handover = helper and held is None and binary is None and _reopenable(state)
+    _submit(state, rec, job, Readout(rec, given, files, state.settings.cache or "",
+                                     state.settings.trust, state.settings.max_size)
+            if handover else None)
     return pending
+
+
+def _submit(state: TripState, rec: Record, job: Callable[[], object],
+            readout: Readout | None) -> None:
+    """Queue a save on the saver's thread, tagged by key, by code key (a REKEYED lookup of the
+    same code waits for it too) and by device (a MISS's reason lists the device's entries once
+    the earlier saves are in); with ``readout``, the process's exit may hand it to the
+    finisher (a caller's readout: :mod:`clmagic.trip.finish`)."""
+    code = (rec.fingerprint, "code", rec.code_key) if rec.code_key else None
+    run = job if readout is None else HandOver(job, readout)
+    state.submit_save((rec.fingerprint, rec.key), run, code, device_tag(rec.fingerprint))
 
 
 def _reopenable(state: TripState) -> bool:

@@ -215,6 +215,7 @@ from IPython.core.interactiveshell import InteractiveShell
 ip = InteractiveShell.instance()
 import clmagic
 r = clmagic.build({SHOWN!r})
+r.settled  # the save done: both views below are of the same moment ("saved")
 data, _ = ip.display_formatter.format(r)
 print(json.dumps({{"data": data, "text": clmagic.show.text_of(r), "repr": repr(r)}}))
 """
@@ -224,6 +225,7 @@ import json, sys
 import clmagic
 from clmagic.show import html_of, text_of
 r = clmagic.build({SHOWN!r})
+r.settled  # the save done: both views below are of the same moment
 print(json.dumps({{"text": text_of(r), "html": html_of(r), "repr": repr(r),
                    "ipython": "IPython" in sys.modules}}))
 """
