@@ -137,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device", default="portable", help="PYOPENCL_TEST (pyopencl's tests)")
     ap.add_argument("--files", nargs="+", default=["test_array.py", "test_algorithm.py"])
     ap.add_argument("--driver-cache", nargs="+", choices=list(CACHES), default=["on"])
-    ap.add_argument("--repeats", type=int, default=1)
+    ap.add_argument("--repeats", type=int, default=1, help="timed rounds (0: count only)")
     ap.add_argument("--count", action="store_true", help="and a counting pass (untimed)")
     ap.add_argument("--deselect", nargs="*", default=[], help="test ids left out")
     ap.add_argument("-k", dest="keyword", default="", help="pytest's -k (a subset)")
@@ -165,7 +165,8 @@ def main(argv: list[str] | None = None) -> int:
         rounds = [_round(work, cenv, args.files, extra) for _ in range(args.repeats)]
         block = {"rounds": [{k: {f: v for f, v in r.items() if f != "outcomes"}
                              for k, r in rnd.items()} for rnd in rounds],
-                 "ratios": _ratios(rounds), "differences": _differences(rounds[0])}
+                 "ratios": _ratios(rounds) if rounds else {},
+                 "differences": _differences(rounds[0]) if rounds else {}}
         if args.count:
             counted = _round(work, cenv, args.files, extra, count=True)
             block["alive"] = {k: (statistics.fmean(r["alive"] or [0]), max(r["alive"] or [0]))

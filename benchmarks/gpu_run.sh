@@ -86,7 +86,8 @@ for step in "$@"; do
         [ "$step" = real ] || [ "$step" = "real-$cache" ] || continue
         # shellcheck disable=SC2086
         $WPY benchmarks/bench_pyopencl_suite.py --device nvidia --driver-cache $cache \
-          --files ${FILES_REAL:-test_array.py test_algorithm.py} --repeats "${REPEATS_REAL:-1}" \
+          --files ${FILES_REAL:-test_array.py test_algorithm.py} \
+          --repeats "$( [ "$cache" = on ] && echo "${REPEATS_REAL_ON:-${REPEATS_REAL:-1}}" || echo "${REPEATS_REAL:-1}")" \
           ${COUNT_REAL:+--count} --label "${LABEL_REAL:-nvidia}-$cache" --out "$OUT"
       done ;;
     prof) # where a first run under clmagic run spends its time on the main thread (cProfile)
