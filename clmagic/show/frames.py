@@ -126,7 +126,8 @@ def _int(v: Any) -> str:
 #: what each readable frame shows, in this order: column → (how it reads in the table, how a
 #: value reads). A lower rank stays longer when the output area is narrow, and is cut last:
 #: what tells rows apart (the options of sweep variants, the kernels, the outcome) before the
-#: device, which a session mostly has one of
+#: device, which a session mostly has one of; a history's origin (the module that asked for the
+#: build under the hook, else ``cell``) after the key, and shown when it is picked
 _SHOWN: dict[str, dict[str, tuple[Column, Callable[[Any], Cell]]]] = {
     "cache": {
         "key": (Column("key", 0), _key),
@@ -145,9 +146,10 @@ _SHOWN: dict[str, dict[str, tuple[Column, Callable[[Any], Cell]]]] = {
         "ms": (Column("took", 4, right=True), ms_or_blank),
         "build_ms": (Column("build", 5, right=True), ms_or_blank),
         "key": (Column("key", 6), _key),
-        "note": (Column("note", 7, least=16), _shortened),
-        "saved_ms": (Column("saved", 8, right=True), lambda v: ms_or_blank(v) if v else ""),
-        "device": (Column("device", 9, least=20, middle=True), _text)},
+        "origin": (Column("origin", 7, least=16, middle=True), _text),
+        "note": (Column("note", 8, least=16), _shortened),
+        "saved_ms": (Column("saved", 9, right=True), lambda v: ms_or_blank(v) if v else ""),
+        "device": (Column("device", 10, least=20, middle=True), _text)},
     "kernels": {
         "kernel": (Column("kernel", 0, least=12), _text),
         "key": (Column("key", 1), _key),

@@ -278,6 +278,9 @@ def test_frames_display_a_readable_table_and_keep_the_exact_data(compiler, pocl,
     # rows and columns picked from a frame read the same way; a grouping is pandas' own
     picked = cache[cache["key"] == a.key][["key", "options"]]
     assert "clmagic-frame" in picked._repr_html_() and len(picked) == 1
+    # a history's origin is shown where it is picked (notebook 5 teaches it), in every row
+    by_whom = re.sub(r' (style|title)="[^"]*"', "", history[["outcome", "origin"]]._repr_html_())
+    assert "<th>origin</th>" in by_whom and by_whom.count("<td>cell</td>") == len(history)
     assert "clmagic-frame" not in cache.groupby("device")[["hits"]].sum()._repr_html_()
     assert type(cache.describe()) is pd.DataFrame
     for df in (cache, history):
