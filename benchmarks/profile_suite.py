@@ -3,11 +3,11 @@ benchmark): ``benchmarks/bench_suite.py``'s workload run in this process through
 (as ``clmagic run`` does), with a timer around each step of a build; prints µs per
 ``Program.build`` for each step (nested steps overlap), and the workload's own line.
 
-    python benchmarks/profile_suite.py [--device pocl] [--tests 50] [--release inline]
+    python benchmarks/profile_suite.py [--device pocl] [--tests 50]
 
 Run it twice on one cache folder (``CLMAGIC_CACHE_DIR``): the first fills it, the second is
-every program a HIT. ``--release inline`` releases the programs the memory front lets go in
-the build that replaces them (as before clmagic/trip/release.py), for an A/B of that choice.
+every program a HIT. (The hook keeps no program in memory since issue 33: nothing is released
+later, so the ``--release`` choice of earlier rounds is gone.)
 """
 
 from __future__ import annotations
@@ -27,18 +27,16 @@ sys.path.insert(0, str(HERE.parent))
 #: (module, class or None, attribute) of the steps timed
 STEPS = [
     ("clmagic.process.hook", None, "_through_cache"),
-    ("clmagic.trip.programs", None, "_from_store"),
+    ("clmagic.trip.route", None, "travel"), ("clmagic.trip.route", None, "_from_entries"),
     ("clmagic.trip.state", "TripState", "prepare"), ("clmagic.trip.state", "TripState", "lookup"),
     ("clmagic.store.directory.store", "DirectoryStore", "get"),
     ("clmagic.trip.state", "TripState", "load"), ("clmagic.opencl.pyopencl_program", None,
                                                    "raw_from_binaries"),
     ("clmagic.opencl.pyopencl_program", None, "bare_build"), ("clmagic.opencl.driver", None,
                                                               "_built"),
-    ("clmagic.trip.state", "TripState", "keep_program"),
     ("clmagic.trip.state", "TripState", "keep_records"), ("clmagic.trip.state", "TripState",
                                                           "count"),
-    ("clmagic.opencl.pyopencl_program", None, "adopt"), ("clmagic.trip.state", None,
-                                                         "wait_everywhere"),
+    ("clmagic.opencl.pyopencl_program", None, "adopt"),
 ]
 spent: collections.Counter[str] = collections.Counter()
 
@@ -61,14 +59,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--device", default=None)
     ap.add_argument("--tests", type=int, default=50)
-    ap.add_argument("--release", choices=("later", "inline"), default="later")
     args = ap.parse_args()
     for mod, cls, name in STEPS:
         m = importlib.import_module(mod)
         _wrap(getattr(m, cls) if cls else m, name, f"{cls or mod.split('.')[-1]}.{name}")
-    if args.release == "inline":
-        from clmagic.trip.release import Releaser
-        Releaser.let_go = lambda self, dropped: None  # type: ignore[method-assign]
     import pyopencl as cl
 
     from clmagic.process.hook import install
@@ -85,7 +79,7 @@ def main() -> None:
 
     def report() -> None:
         n = max(calls["builds"], 1)
-        print(f"{n} Program.build calls, release {args.release}; µs a build:", file=sys.stderr)
+        print(f"{n} Program.build calls; µs a build:", file=sys.stderr)
         for label, ns in spent.most_common():
             print(f"  {label:<40} {ns / n / 1000:8.1f}", file=sys.stderr)
     atexit.register(report)
