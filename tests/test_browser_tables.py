@@ -19,7 +19,8 @@ from test_browser import (  # noqa: F401  (lab and page are fixtures)
 )
 from test_browser_workbench import KERNEL, LAUNCH
 
-pytestmark = pytest.mark.browser
+# slow too: JupyterLab twice (light, dark), 22 s; the default run stays under 5 min on 2 cores
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 # a program with long kernel names, built with long options and an include path: the widest
 # values a user's tables hold

@@ -152,6 +152,7 @@ def test_a_finding_reads_under_its_cell(lab, page, tmp_path):
     page.screenshot(path=str(ARTIFACTS / "browser-36-finding.png"))
 
 
+@pytest.mark.slow  # over 12 s: the default run stays under 5 min on 2 cores
 def test_notebook_6_finds_each_bug_and_passes_each_fix(lab, page, tmp_path):
     import shutil
 

@@ -308,6 +308,7 @@ def test_a_two_device_context_has_one_entry_per_device(pocl, cache_dir):
     assert again["ok"] == [True, True] and again["outcomes"] == ["HIT", "HIT"]
 
 
+@pytest.mark.slow  # over 12 s: the default run stays under 5 min on 2 cores
 def test_a_workload_misses_then_hits_everything_in_a_second_process(pocl, cache_dir):
     """pyopencl.array arithmetic, sum, dot, cumsum, an ElementwiseKernel, a ReductionKernel and
     silx's Convolution under ``python -m clmagic run``, twice."""
@@ -441,7 +442,9 @@ def test_more_of_pyopencl_misses_then_hits_with_the_same_results(settings, pocl)
             hook.uninstall()
         assert all(checks.values()), checks
         records = compiler.history.records
-        assert {r.outcome for r in records} <= {expected, Outcome.MEMORY}, records
+        # a repeat build in the cold run is a HIT of what the first saved (the hook keeps no
+        # program in memory); a MISS in the warm run never
+        assert {r.outcome for r in records} <= {expected, Outcome.HIT}, records
         assert {"pyopencl.bitonic_sort", "pyopencl.clrandom", "pyopencl.scan",  # copy_if: a scan
                 "pyopencl.elementwise"} <= {r.origin for r in records}
 

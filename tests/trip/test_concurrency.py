@@ -9,6 +9,7 @@ import sys
 import threading
 from collections import Counter
 
+import pytest
 from conftest import child_env
 
 from clmagic import Compiler
@@ -82,6 +83,7 @@ def _check_manifest(path) -> None:
     assert lines and all(Manifest(path).get(line[:32]) is not None for line in lines)
 
 
+@pytest.mark.slow  # over 12 s: the default run stays under 5 min on 2 cores
 def test_eight_processes_at_once(cache_dir, pocl):
     # POCL's own kernel cache off: POCL 3.1's (Debian's) fails builds and crashes when processes
     # write it at once (pocl/pocl#1480; 3 of 10 runs here, with or without clmagic), and this test
@@ -115,6 +117,7 @@ def test_eight_processes_at_once(cache_dir, pocl):
     _check_folder(cache_dir, N_KERNELS)
 
 
+@pytest.mark.slow  # over 12 s: the default run stays under 5 min on 2 cores
 def test_two_threads_in_one_process(compiler, cache_dir):
     errors: list[str] = []
     outcomes: list[str] = []

@@ -15,6 +15,7 @@ import time
 
 import numpy as np
 import pyopencl as cl
+import pytest
 from conftest import SAXPY, child_env, last_json, run_child
 
 import clmagic
@@ -70,6 +71,7 @@ def test_a_normal_exit_completes_pending_saves(cache_dir, pocl):
         n for n in _entries(cache_dir) if n.endswith(".clbin")]
 
 
+@pytest.mark.slow  # over 12 s: the default run stays under 5 min on 2 cores
 def test_a_process_killed_mid_save_leaves_no_half_entry(cache_dir, pocl):
     """SIGKILL while saves of a large program run: every entry left loads (temp + rename)."""
     body = "".join(f"__kernel void k{i}(__global float *a) {{ a[{i}] = sin(a[{i}]) * {i}; }}\n"

@@ -241,6 +241,7 @@ def test_a_header_appearing_during_the_build_is_not_saved(tmp_path, monkeypatch,
     assert value(Compiler(settings).build(f"#include {P}" + K, "-Iinc")) == 3
 
 
+@pytest.mark.slow  # over 12 s: the default run stays under 5 min on 2 cores
 def test_a_header_rewritten_by_a_thread_while_the_driver_builds(tmp_path, monkeypatch,
                                                                   settings):
     """A thread keeps rewriting the header while POCL builds a large source: whatever was saved,
