@@ -19,7 +19,9 @@ from conftest import ROOT, child_env
 
 import clmagic
 
-pytestmark = pytest.mark.browser
+# slow too (JupyterLab and Chromium, about a minute): the default run stays under 5 min on
+# 2 cores; .ci/run runs the slow ones with the browser required
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 CHROMIUM = os.environ.get("CLMAGIC_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_FLAGS = ["--no-sandbox", "--headless", "--disable-gpu", "--no-first-run",

@@ -259,6 +259,7 @@ say(got=got, hits=[fresh.build(f"#define WORKER {n}\\n" + SRC).outcome for n in 
     assert out["got"] == [["MISS", True]] * 3 and out["hits"] == ["HIT"] * 3
 
 
+@pytest.mark.slow  # 15 s: the default run stays under 5 min on 2 cores
 def test_a_child_forked_while_another_thread_builds_gets_its_stderr_back(
         cache_dir, pocl, oclgrind):
     """A build sends the driver's chatter to a sink (fd 2 redirected, for the whole process)
