@@ -17,7 +17,10 @@ handed back as the same ``pyopencl.Program``, its ``_prg`` built: kernels, ``all
 - a second ``build`` (other options, other devices, the same again) or a ``compile`` of a program
   the hook built: the program is first given a fresh one made from its source, so pyopencl
   builds that, as it would have without the hook (a program loaded from a binary keeps its old
-  code whatever the new options, and one served from memory is shared with other programs).
+  code whatever the new options).
+
+The hook holds nothing of the caller's: no program is remembered across builds (what is, is the
+store's bytes), so a context is freed when the caller lets go of it, as without clmagic.
 
 After a hooked build the program is in the state pyopencl's own build leaves it in: where
 pyopencl would have gone through its binary cache (Oclgrind, most GPUs) it deletes the program's
