@@ -10,8 +10,7 @@ from clmagic.errors import CorruptEntry
 from clmagic.key.digest import CodeKey, code_key_of
 from clmagic.key.prepare import Prepared
 from clmagic.opencl.devices import DeviceInfo
-from clmagic.trip.background import pending_everywhere, wait_everywhere
-from clmagic.trip.state import TripState
+from clmagic.trip.state import TripState, saves_settled
 
 __all__ = ["code_key_for", "find", "rekeyed_note", "worth_trying"]
 
@@ -42,10 +41,8 @@ def find(state: TripState, info: DeviceInfo, code: str, wait: bool = True) -> En
     only a damaged one: the trip then builds its own). ``wait``: wait for a save of that code
     under way in this process; otherwise such a save means none (a caller's trip never waits)."""
     store = state.store
-    tag = (info.fingerprint, "code", code)
-    if store is None or (not wait and pending_everywhere(tag)):
+    if store is None or saves_settled((info.fingerprint, "code", code), wait) is None:
         return None
-    wait_everywhere(tag)
     try:
         entry = store.find_code(info.fingerprint, code)
     except (CorruptEntry, OSError):

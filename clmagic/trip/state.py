@@ -1,14 +1,14 @@
 """The build trip's state, with one owner: :class:`TripState` holds what a compiler keeps between
-trips (the memory front, the programs built for callers' contexts, the prepared sources, the
-history, the saver, the hit counter, the store, the lock) and offers every step that reads or
-changes it as a public method.
+trips (the memory front of cells' programs, the prepared sources, the history, the saver, the
+hit counter, the store, the lock) and offers every step that reads or changes it as a public
+method.
 
-Why one owner: the trip is told in several modules (:mod:`clmagic.trip.compiler` for a cell,
-:mod:`clmagic.trip.programs` for a caller's context, :mod:`clmagic.trip.rekey`,
-:mod:`clmagic.trip.save`), and each of them used to reach into the compiler's private
-attributes, taking its lock on its own. Here the lock is taken in one place, by the methods
-that need it, and the other modules call those methods. This module imports none of them (they
-take a :class:`TripState`), so nothing here can form an import cycle with them.
+Why one owner: the trip's steps live in several modules (:mod:`clmagic.trip.route`,
+:mod:`clmagic.trip.rekey`, :mod:`clmagic.trip.save`), and each of them used to reach into the
+compiler's private attributes, taking its lock on its own. Here the lock is taken in one place,
+by the methods that need it, and the other modules call those methods. This module imports
+none of them (they take a :class:`TripState`), so nothing here can form an import cycle with
+them.
 """
 
 from __future__ import annotations
@@ -43,9 +43,20 @@ from clmagic.trip.history import History
 from clmagic.trip.records import Record, kernels_in
 from clmagic.trip.underway import Memo
 
-__all__ = ["TripState", "Found", "served_from"]
+__all__ = ["TripState", "Found", "served_from", "saves_settled"]
 
 _STATES: weakref.WeakSet[TripState] = weakref.WeakSet()
+
+
+def saves_settled(tag: Hashable, wait: bool) -> float | None:
+    """Before a lookup of ``tag``: with ``wait``, wait for a save of it under way in this process
+    and say how long that took (ms); without, ``None`` when such a save is under way (nothing
+    is waited for: the caller treats the entry as missing), else 0."""
+    if not wait:
+        return None if pending_everywhere(tag) else 0.0
+    t = time.perf_counter()
+    wait_everywhere(tag)
+    return (time.perf_counter() - t) * 1000
 
 
 class Found(NamedTuple):
@@ -210,12 +221,8 @@ class TripState:
         save means no entry yet, and nothing is waited for."""
         if self._store is None:
             return Found(None)
-        tag, waited = (info.fingerprint, key), 0.0
-        if wait:
-            t = time.perf_counter()
-            wait_everywhere(tag)
-            waited = (time.perf_counter() - t) * 1000
-        elif pending_everywhere(tag):
+        waited = saves_settled((info.fingerprint, key), wait)
+        if waited is None:
             return Found(None, underway=True)
         try:
             return Found(self._store.get(info.fingerprint, key), False, waited)
